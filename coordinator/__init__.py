@@ -1,0 +1,1 @@
+"""dpfed coordinator package."""

@@ -1,0 +1,185 @@
+"""The public schema of a data set: feature types, categorical domains, public bounds.
+
+A schema is declared by the data owner (party config) or by the dataset's publisher, never derived
+from the private data: a domain or a bound computed from the records would itself leak them.
+:func:`Schema.validate` checks data against it and reports counts and column names, never values.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+__all__ = ["Feature", "Schema", "DataValidationError"]
+
+Kind = Literal["categorical", "numeric"]
+
+
+class DataValidationError(ValueError):
+    """Data does not match its schema. The message names columns and counts, never values."""
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One column. Categorical: integer codes ``0..categories-1``. Numeric: public ``[lower, upper]``."""
+
+    name: str
+    kind: Kind
+    categories: int = 0
+    lower: float = -math.inf
+    upper: float = math.inf
+
+    def __post_init__(self) -> None:
+        if self.kind == "categorical":
+            if self.categories < 1:
+                raise ValueError(f"categorical feature {self.name!r} needs a domain size >= 1")
+        elif self.kind == "numeric":
+            if not (math.isfinite(self.lower) and math.isfinite(self.upper) and self.lower < self.upper):
+                raise ValueError(f"numeric feature {self.name!r} needs finite public bounds lower < upper")
+        else:
+            raise ValueError(f"feature {self.name!r}: kind must be 'categorical' or 'numeric'")
+
+
+@dataclass(frozen=True)
+class Schema:
+    """Features, number of classes (0 for unlabelled data, e.g. clustering) and class names."""
+
+    features: tuple[Feature, ...]
+    n_classes: int = 0
+    class_names: tuple[str, ...] = field(default=())
+    label: str = "label"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "features", tuple(self.features))
+        names = [f.name for f in self.features]
+        if len(set(names)) != len(names):
+            raise ValueError("feature names must be unique")
+        if self.class_names and len(self.class_names) != self.n_classes:
+            raise ValueError("class_names must have n_classes entries")
+
+    # -- views -------------------------------------------------------------------------------
+    @property
+    def n_features(self) -> int:
+        return len(self.features)
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.features]
+
+    @property
+    def categorical(self) -> np.ndarray:
+        """Boolean mask of categorical columns."""
+        return np.array([f.kind == "categorical" for f in self.features], dtype=bool)
+
+    @property
+    def numeric(self) -> np.ndarray:
+        return ~self.categorical
+
+    @property
+    def domain_sizes(self) -> np.ndarray:
+        """Domain size of each categorical column (in column order of the categorical columns)."""
+        return np.array([f.categories for f in self.features if f.kind == "categorical"], dtype=np.int64)
+
+    @property
+    def lower(self) -> np.ndarray:
+        """Public lower bounds of the numeric columns."""
+        return np.array([f.lower for f in self.features if f.kind == "numeric"], dtype=np.float64)
+
+    @property
+    def upper(self) -> np.ndarray:
+        return np.array([f.upper for f in self.features if f.kind == "numeric"], dtype=np.float64)
+
+    @classmethod
+    def numeric_box(cls, d: int, lower: float | Sequence[float], upper: float | Sequence[float],
+                    n_classes: int = 0, prefix: str = "x") -> "Schema":
+        """All-numeric schema with public bounds (scalars or one per column)."""
+        lo = np.broadcast_to(np.asarray(lower, dtype=float), (d,))
+        hi = np.broadcast_to(np.asarray(upper, dtype=float), (d,))
+        feats = tuple(Feature(f"{prefix}{j}", "numeric", lower=float(lo[j]), upper=float(hi[j])) for j in range(d))
+        return cls(feats, n_classes=n_classes)
+
+    # -- (de)serialisation: the schema travels in configs and job specs --------------------------
+    def to_dict(self) -> dict[str, Any]:
+        feats = []
+        for f in self.features:
+            d = {"name": f.name, "kind": f.kind}
+            if f.kind == "categorical":
+                d["categories"] = f.categories
+            else:
+                d["lower"], d["upper"] = f.lower, f.upper
+            feats.append(d)
+        return {"features": feats, "n_classes": self.n_classes, "class_names": list(self.class_names),
+                "label": self.label}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Schema":
+        try:
+            feats = tuple(Feature(name=str(f["name"]), kind=f["kind"], categories=int(f.get("categories", 0)),
+                                  lower=float(f.get("lower", -math.inf)), upper=float(f.get("upper", math.inf)))
+                          for f in d["features"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed schema: missing or wrong field {exc}") from None
+        return cls(feats, n_classes=int(d.get("n_classes", 0)), class_names=tuple(d.get("class_names", ())),
+                   label=str(d.get("label", "label")))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Schema":
+        return cls.from_dict(json.loads(text))
+
+    # -- validation ------------------------------------------------------------------------------
+    def validate(self, X: np.ndarray, y: np.ndarray | None = None, *, clip_numeric: bool = False) -> np.ndarray:
+        """Check ``X`` (and labels ``y``) against the schema; return X as float64.
+
+        Raises :class:`DataValidationError` naming the offending columns with counts of bad rows
+        (never the values). With ``clip_numeric`` out-of-bound numeric values are clamped to the
+        public bounds instead of rejected (clamping is part of the mechanism, so it is private).
+        """
+        X = np.asarray(X)
+        if X.ndim != 2:
+            raise DataValidationError(f"expected a 2-d array of records, got {X.ndim} dimension(s)")
+        if X.shape[1] != self.n_features:
+            raise DataValidationError(
+                f"expected {self.n_features} columns ({', '.join(self.names)}), got {X.shape[1]}")
+        try:
+            Xf = X.astype(np.float64)
+        except (TypeError, ValueError):
+            raise DataValidationError("records are not numeric (categorical values must be integer codes)") from None
+        problems: list[str] = []
+        bad = ~np.isfinite(Xf)
+        for j in np.flatnonzero(bad.any(axis=0)):
+            problems.append(f"column {self.features[j].name!r}: {int(bad[:, j].sum())} NaN/Inf value(s)")
+        for j, f in enumerate(self.features):
+            col = Xf[:, j]
+            finite = np.isfinite(col)
+            if f.kind == "categorical":
+                wrong = finite & ((col != np.round(col)) | (col < 0) | (col >= f.categories))
+                if wrong.any():
+                    problems.append(f"column {f.name!r}: {int(wrong.sum())} value(s) outside the categorical "
+                                    f"domain of {f.categories} codes")
+            elif not clip_numeric:
+                wrong = finite & ((col < f.lower) | (col > f.upper))
+                if wrong.any():
+                    problems.append(f"column {f.name!r}: {int(wrong.sum())} value(s) outside the public bounds "
+                                    f"[{f.lower:g}, {f.upper:g}]")
+        if y is not None:
+            y = np.asarray(y)
+            if y.shape != (X.shape[0],):
+                problems.append(f"labels: expected {X.shape[0]} labels, got shape {tuple(y.shape)}")
+            elif self.n_classes:
+                yf = y.astype(np.float64)
+                wrong = ~np.isfinite(yf) | (yf != np.round(yf)) | (yf < 0) | (yf >= self.n_classes)
+                if wrong.any():
+                    problems.append(f"labels: {int(wrong.sum())} value(s) outside 0..{self.n_classes - 1}")
+        if problems:
+            raise DataValidationError(f"data does not match the schema ({X.shape[0]} rows): " + "; ".join(problems))
+        if clip_numeric and self.numeric.any():
+            num = self.numeric
+            Xf[:, num] = np.clip(Xf[:, num], self.lower, self.upper)
+        return Xf
+

@@ -1,0 +1,1 @@
+"""dpfed party package."""
