@@ -137,3 +137,5 @@ class Algorithm:
     evaluate: Callable[[Mapping[str, np.ndarray], np.ndarray, np.ndarray | None, Schema], dict[str, float]]
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
     params_from_args: Callable[[argparse.Namespace], dict[str, Any]] | None = None
+    default_delta: float = 1e-6
+    needs_labels: bool = True
