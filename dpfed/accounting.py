@@ -1,0 +1,416 @@
+"""Privacy accounting: compose ``DpEvent``s and convert them to (epsilon, delta).
+
+Tight accounting is delegated to Google's dp-accounting (PLD: Meiser & Mohammadi 2018,
+Doroshenko et al. 2022 "Connect the dots"; RDP: Mironov 2017, Mironov-Talwar-Zhang 2019).
+This module adds only what dp-accounting lacks: an explicit neighbouring relation by name,
+canonical grouping of identical events, basic / parallel / advanced composition
+(Dwork & Roth 2014, Thm 3.16 and 3.20; Dwork, Rothblum & Vadhan 2010), an exact JSON
+form of events, and a noise calibration that never overshoots its target.
+
+PLD discretisation: ``PLD_VALUE_DISCRETIZATION = 1e-4`` (dp-accounting's own default).
+It makes our numbers identical to ``PLDAccountant()``'s, costs about 0.3 s for DP-SGD with
+T = 5000 steps, and is pessimistic (an upper bound); a coarser grid (1e-3) is ~7x faster but
+looser by ~0.2 %, and is used only to find a starting bracket during calibration.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections import Counter
+from typing import Any, Literal, Sequence
+
+import attr
+import dp_accounting
+from dp_accounting import dp_event as _dp_event_module
+from dp_accounting import privacy_accountant
+from dp_accounting.dp_event import DpEvent
+from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.rdp import rdp_privacy_accountant
+
+__all__ = [
+    "Neighbouring", "Accountant", "PLD_VALUE_DISCRETIZATION", "AccountingError",
+    "make_accountant", "epsilon", "delta", "compose", "flatten", "parallel_epsilon",
+    "sequential_basic", "advanced_composition", "dp_sgd_event", "dp_sgd_epsilon",
+    "calibrate_noise_multiplier", "event_to_json", "event_from_json", "DpEvent",
+]
+
+Neighbouring = Literal["add_remove", "replace_one"]
+Accountant = Literal["pld", "rdp"]
+
+#: Width of the privacy-loss grid of the PLD accountant (see the module docstring).
+PLD_VALUE_DISCRETIZATION = 1e-4
+#: Coarse grid used only to locate a calibration bracket quickly.
+_COARSE_DISCRETIZATION = 1e-3
+
+_RELATIONS = {
+    "add_remove": privacy_accountant.NeighboringRelation.ADD_OR_REMOVE_ONE,
+    "replace_one": privacy_accountant.NeighboringRelation.REPLACE_ONE,
+}
+
+
+class AccountingError(ValueError):
+    """An event the chosen accountant / neighbouring relation cannot account for."""
+
+
+def _relation(neighbouring: str) -> privacy_accountant.NeighboringRelation:
+    try:
+        return _RELATIONS[neighbouring]
+    except KeyError:
+        raise ValueError(
+            f"neighbouring must be one of {sorted(_RELATIONS)}, got {neighbouring!r}") from None
+
+
+def make_accountant(accountant: str = "pld", neighbouring: str = "add_remove", *,
+                    pld_discretization: float = PLD_VALUE_DISCRETIZATION,
+                    ) -> privacy_accountant.PrivacyAccountant:
+    """A fresh dp-accounting accountant ("pld" or "rdp") for the named relation."""
+    rel = _relation(neighbouring)
+    if accountant == "pld":
+        if not (pld_discretization > 0 and math.isfinite(pld_discretization)):
+            raise ValueError(f"pld_discretization must be positive, got {pld_discretization!r}")
+        return pld_privacy_accountant.PLDAccountant(
+            neighboring_relation=rel, value_discretization_interval=pld_discretization)
+    if accountant == "rdp":
+        return rdp_privacy_accountant.RdpAccountant(neighboring_relation=rel)
+    raise ValueError(f"accountant must be 'pld' or 'rdp', got {accountant!r}")
+
+
+def _composed(event: DpEvent, accountant: str, neighbouring: str,
+              pld_discretization: float) -> privacy_accountant.PrivacyAccountant:
+    if not isinstance(event, DpEvent):
+        raise TypeError(f"expected a dp_accounting DpEvent, got {type(event).__name__}")
+    acc = make_accountant(accountant, neighbouring, pld_discretization=pld_discretization)
+    try:
+        acc.compose(event)
+    except privacy_accountant.UnsupportedEventError as exc:
+        raise AccountingError(
+            f"the {accountant} accountant cannot account for this event under the "
+            f"{neighbouring!r} relation: {exc}") from None
+    return acc
+
+
+def _check_probability(name: str, value: float, *, allow_zero: bool = False) -> None:
+    ok = (0.0 <= value <= 1.0) if allow_zero else (0.0 < value <= 1.0)
+    if not ok or math.isnan(value):
+        raise ValueError(f"{name} must be in {'[0, 1]' if allow_zero else '(0, 1]'}, got {value!r}")
+
+
+def epsilon(event: DpEvent, delta: float, *, accountant: str = "pld",
+            neighbouring: str = "add_remove",
+            pld_discretization: float = PLD_VALUE_DISCRETIZATION) -> float:
+    """Smallest epsilon such that ``event`` is (epsilon, delta)-DP per the accountant."""
+    _check_probability("delta", delta, allow_zero=True)
+    return _epsilon_cached(event_to_json(event), float(delta), accountant, neighbouring,
+                           float(pld_discretization))
+
+
+@functools.lru_cache(maxsize=256)
+def _epsilon_cached(event_json: str, delta_: float, accountant: str, neighbouring: str,
+                    pld_discretization: float) -> float:
+    acc = _composed(event_from_json(event_json), accountant, neighbouring, pld_discretization)
+    return float(acc.get_epsilon(delta_))
+
+
+def delta(event: DpEvent, epsilon: float, *, accountant: str = "pld",
+          neighbouring: str = "add_remove",
+          pld_discretization: float = PLD_VALUE_DISCRETIZATION) -> float:
+    """Smallest delta such that ``event`` is (epsilon, delta)-DP per the accountant."""
+    if not epsilon >= 0:
+        raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
+    acc = _composed(event, accountant, neighbouring, pld_discretization)
+    return float(acc.get_delta(epsilon))
+
+
+# --------------------------------------------------------------------------- composition
+
+def flatten(events: Sequence[DpEvent]) -> Counter:
+    """Multiset of atomic events (canonical JSON -> count) of a sequential composition.
+
+    ``ComposedDpEvent`` and ``SelfComposedDpEvent`` are unrolled (exactly how the accountants
+    treat them), so repeated releases of the same mechanism collapse into one count.
+    """
+    counts: Counter = Counter()
+
+    def visit(ev: DpEvent, mult: int) -> None:
+        if isinstance(ev, dp_accounting.ComposedDpEvent):
+            for sub in ev.events:
+                visit(sub, mult)
+        elif isinstance(ev, dp_accounting.SelfComposedDpEvent):
+            if int(ev.count) != ev.count or ev.count < 0:
+                raise ValueError(f"SelfComposedDpEvent.count must be a non-negative int, got {ev.count!r}")
+            if ev.count:
+                visit(ev.event, mult * int(ev.count))
+        elif isinstance(ev, dp_accounting.NoOpDpEvent):
+            return
+        elif isinstance(ev, DpEvent):
+            counts[event_to_json(ev)] += mult
+        else:
+            raise TypeError(f"expected a dp_accounting DpEvent, got {type(ev).__name__}")
+
+    for e in events:
+        visit(e, 1)
+    return counts
+
+
+def from_counts(counts: Counter | dict) -> DpEvent:
+    """The canonical event for a multiset from :func:`flatten` (sorted, grouped)."""
+    parts = []
+    for key in sorted(counts):
+        n = int(counts[key])
+        if n <= 0:
+            continue
+        ev = event_from_json(key)
+        parts.append(ev if n == 1 else dp_accounting.SelfComposedDpEvent(ev, n))
+    if not parts:
+        return dp_accounting.NoOpDpEvent()
+    if len(parts) == 1:
+        return parts[0]
+    return dp_accounting.ComposedDpEvent(parts)
+
+
+def compose(events: Sequence[DpEvent]) -> DpEvent:
+    """Sequential (adaptive) composition of ``events``, identical events grouped.
+
+    The result is canonical: the same multiset of releases in any order gives the same
+    event, which keeps PLD fast (one ``self_compose`` per distinct mechanism).
+    """
+    return from_counts(flatten([e for e in events if e is not None]))
+
+
+def parallel_epsilon(events_per_partition: Sequence[DpEvent], delta: float, **kw: Any) -> float:
+    """Parallel composition over disjoint partitions: the max epsilon (McSherry 2009, Thm 4).
+
+    Valid only when each record lies in exactly one partition (e.g. each party's data).
+    """
+    if len(events_per_partition) == 0:
+        return 0.0
+    return max(epsilon(e, delta, **kw) for e in events_per_partition)
+
+
+def sequential_basic(pairs: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Basic sequential composition: epsilons and deltas add (Dwork & Roth 2014, Thm 3.16)."""
+    eps_total, delta_total = 0.0, 0.0
+    for eps_i, delta_i in pairs:
+        if not (eps_i >= 0 and 0 <= delta_i <= 1):
+            raise ValueError(f"each pair needs epsilon >= 0 and delta in [0, 1], got {(eps_i, delta_i)!r}")
+        eps_total += eps_i
+        delta_total += delta_i
+    return eps_total, min(delta_total, 1.0)
+
+
+def advanced_composition(epsilon: float, delta: float, k: int,
+                         delta_slack: float) -> tuple[float, float]:
+    """k-fold adaptive composition of (epsilon, delta)-DP mechanisms.
+
+    Dwork, Rothblum & Vadhan 2010 (Dwork & Roth 2014, Thm 3.20): for any delta' > 0 the
+    composition is (eps', k*delta + delta')-DP with
+    eps' = sqrt(2 k ln(1/delta')) * eps + k * eps * (e^eps - 1).
+    """
+    if not (epsilon >= 0 and 0 <= delta <= 1 and 0 < delta_slack < 1):
+        raise ValueError("need epsilon >= 0, delta in [0, 1], delta_slack in (0, 1)")
+    if int(k) != k or k < 0:
+        raise ValueError(f"k must be a non-negative integer, got {k!r}")
+    eps_prime = (math.sqrt(2.0 * k * math.log(1.0 / delta_slack)) * epsilon
+                 + k * epsilon * math.expm1(epsilon))
+    return eps_prime, min(k * delta + delta_slack, 1.0)
+
+
+# --------------------------------------------------------------------------- DP-SGD
+
+def dp_sgd_event(noise_multiplier: float, sampling_rate: float, steps: int) -> DpEvent:
+    """DP-SGD / DP-FedAvg: ``steps`` Poisson-subsampled Gaussian steps (Abadi et al. 2016)."""
+    if not noise_multiplier >= 0:
+        raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier!r}")
+    _check_probability("sampling_rate", sampling_rate)
+    if int(steps) != steps or steps < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+    return dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(
+            float(sampling_rate), dp_accounting.GaussianDpEvent(float(noise_multiplier))),
+        int(steps))
+
+
+def dp_sgd_epsilon(noise_multiplier: float, sampling_rate: float, steps: int, delta: float, *,
+                   accountant: str = "pld", **kw: Any) -> float:
+    """Epsilon of :func:`dp_sgd_event` at ``delta``."""
+    return epsilon(dp_sgd_event(noise_multiplier, sampling_rate, steps), delta,
+                   accountant=accountant, **kw)
+
+
+def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_rate: float,
+                               steps: int, *, accountant: str = "pld",
+                               extra_event: DpEvent | None = None, rtol: float = 1e-4,
+                               neighbouring: str = "add_remove",
+                               pld_discretization: float = PLD_VALUE_DISCRETIZATION) -> float:
+    """Smallest noise multiplier sigma with eps(extra_event + DP-SGD(sigma, q, T)) <= target.
+
+    Bracketed root search: find sigma_lo (target missed) < sigma_hi (target met), then
+    Brent's method (Brent 1973, via scipy) on eps(sigma) - target, always keeping a valid
+    bracket, until (sigma_hi - sigma_lo) <= rtol * sigma_hi. Returns sigma_hi, which MEETS
+    the target and is within ``rtol`` (relative) of the smallest such sigma. A coarse PLD
+    grid (pessimistic, so it never under-states epsilon) supplies the first guess.
+    """
+    if not (target_epsilon > 0 and math.isfinite(target_epsilon)):
+        raise ValueError(f"target_epsilon must be positive and finite, got {target_epsilon!r}")
+    _check_probability("delta", delta)
+    if not 0 < rtol < 0.01:
+        raise ValueError(f"rtol must be in (0, 0.01), got {rtol!r}")
+    dp_sgd_event(1.0, sampling_rate, steps)  # validates q and T
+
+    def eps_at(sigma: float, grid: float = pld_discretization) -> float:
+        return epsilon(compose([extra_event, dp_sgd_event(sigma, sampling_rate, steps)]), delta,
+                       accountant=accountant, neighbouring=neighbouring, pld_discretization=grid)
+
+    if extra_event is not None:
+        floor = epsilon(compose([extra_event]), delta, accountant=accountant,
+                        neighbouring=neighbouring, pld_discretization=pld_discretization)
+        if floor >= target_epsilon:
+            raise ValueError(
+                f"extra_event alone already spends epsilon {floor:.6g} >= target {target_epsilon:.6g}")
+    if steps == 0:
+        return 0.0
+
+    # First guess: the analytic Gaussian sigma for the target, scaled by q*sqrt(T) (the
+    # moments-accountant heuristic), refined on the coarse grid when accounting by PLD.
+    guess = max(sampling_rate * math.sqrt(steps), 1e-3) * (
+        dp_accounting.get_sigma_gaussian(target_epsilon, delta) if hasattr(dp_accounting, "get_sigma_gaussian")
+        else math.sqrt(2 * math.log(1.25 / delta)) / target_epsilon)
+    guess = min(max(guess, 0.05), 1e4)
+    if accountant == "pld" and pld_discretization < _COARSE_DISCRETIZATION:
+        coarse_lo, coarse_hi = _bracket(lambda s: eps_at(s, _COARSE_DISCRETIZATION) - target_epsilon,
+                                        guess, 2.0)
+        guess = _bisect(lambda s: eps_at(s, _COARSE_DISCRETIZATION) - target_epsilon,
+                        coarse_lo, coarse_hi, 1e-3)[1]
+        step = 1.01  # the fine optimum is within ~0.5 % below the coarse one
+    else:
+        step = 2.0
+    f = lambda s: eps_at(s) - target_epsilon  # noqa: E731
+    lo, hi = _bracket(f, guess, step)
+    return _brent_bracketed(f, lo, hi, rtol)
+
+
+def _bracket(f, guess: float, factor: float) -> tuple[float, float]:
+    """(lo, hi) with f(lo) > 0 >= f(hi), expanding geometrically from ``guess``."""
+    if f(guess) <= 0:
+        hi, lo = guess, guess / factor
+        while f(lo) <= 0:
+            hi, lo = lo, lo / factor
+            if lo < 1e-6:
+                return 0.0, hi
+    else:
+        lo, hi = guess, guess * factor
+        while f(hi) > 0:
+            lo, hi = hi, hi * factor
+            if hi > 1e7:
+                raise ValueError("no noise multiplier below 1e7 meets the target")
+    return lo, hi
+
+
+def _bisect(f, lo: float, hi: float, rtol: float) -> tuple[float, float]:
+    while hi - lo > rtol * hi:
+        mid = 0.5 * (lo + hi)
+        if f(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+def _brent_bracketed(f, lo: float, hi: float, rtol: float) -> float:
+    """Brent's root search that returns the bracket end where f <= 0 (target met)."""
+    import scipy.optimize
+
+    seen: dict[float, float] = {}
+
+    def g(s: float) -> float:
+        if s not in seen:
+            seen[s] = f(s)
+        return seen[s]
+
+    if lo > 0:
+        try:
+            scipy.optimize.brentq(g, lo, hi, xtol=0.25 * rtol * lo, rtol=1e-12, maxiter=60)
+        except ValueError:  # non-monotone discretisation noise: fall back on bisection below
+            pass
+    # Tightest valid bracket among all evaluations, then bisect until it is narrow enough.
+    met = [s for s, v in seen.items() if v <= 0] + [hi]
+    best_hi = min(met)
+    missed = [s for s, v in seen.items() if v > 0 and s < best_hi] + [lo]
+    best_lo = max(missed)
+    return _bisect(g, best_lo, best_hi, rtol)[1]
+
+
+# --------------------------------------------------------------------------- JSON
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return {f.name: f.type for f in attr.fields(cls)}
+
+
+def _to_jsonable(value: Any, declared: Any = None) -> Any:
+    if isinstance(value, DpEvent):
+        cls = type(value)
+        if getattr(_dp_event_module, cls.__name__, None) is not cls:
+            raise ValueError(f"only dp_accounting.dp_event classes serialise, got {cls.__qualname__}")
+        types = _field_types(cls)
+        out: dict[str, Any] = {"class_name": cls.__name__}
+        for name, v in attr.asdict(value, recurse=False).items():
+            out[name] = _to_jsonable(v, types.get(name))
+        return out
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and declared in (float, "float"):
+        return float(value)  # canonical: 1 and 1.0 are the same noise multiplier
+    if isinstance(value, (int, float, str)) or value is None:
+        return value
+    if hasattr(value, "item") and callable(value.item):  # numpy scalar
+        return _to_jsonable(value.item(), declared)
+    if isinstance(value, (list, tuple)):
+        return [_to_jsonable(v) for v in value]
+    raise ValueError(f"cannot serialise a value of type {type(value).__name__} in a DpEvent")
+
+
+def event_to_json(event: DpEvent) -> str:
+    """Canonical, exact JSON of a DpEvent (field names as in ``to_named_tuple``).
+
+    Floats are written with ``repr`` (shortest exact round-trip); keys are sorted so equal
+    events give equal strings (used to group identical charges).
+    """
+    if not isinstance(event, DpEvent):
+        raise TypeError(f"expected a dp_accounting DpEvent, got {type(event).__name__}")
+    return json.dumps(_to_jsonable(event), sort_keys=True, separators=(",", ":"), allow_nan=True)
+
+
+def _from_jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        name = value.get("class_name")
+        cls = getattr(_dp_event_module, name, None) if isinstance(name, str) else None
+        if not (isinstance(cls, type) and issubclass(cls, DpEvent)):
+            raise ValueError(f"unknown DpEvent class {name!r}")  # never import arbitrary modules
+        types = _field_types(cls)
+        kwargs = {k: _from_jsonable(v) for k, v in value.items() if k not in ("class_name", "module_name")}
+        unknown = set(kwargs) - set(types)
+        if unknown:
+            raise ValueError(f"unknown fields for {name}: {sorted(unknown)}")
+        for k, v in kwargs.items():
+            if types[k] in (float, "float") and isinstance(v, int) and not isinstance(v, bool):
+                kwargs[k] = float(v)
+        return cls(**kwargs)
+    if isinstance(value, list):
+        return [_from_jsonable(v) for v in value]
+    return value
+
+
+def event_from_json(text: str) -> DpEvent:
+    """Inverse of :func:`event_to_json`; only ``dp_accounting.dp_event`` classes are accepted."""
+    try:
+        obj = json.loads(text)
+    except (TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not a DpEvent JSON document: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError("not a DpEvent JSON document: expected an object")
+    try:
+        event = _from_jsonable(obj)
+    except TypeError as exc:
+        raise ValueError(f"malformed DpEvent JSON: {exc}") from None
+    return event

@@ -1,0 +1,285 @@
+"""A durable, concurrency-safe privacy budget ledger for one data owner.
+
+Every release is charged here *before* it leaves the owner. A charge, inside one exclusive
+SQLite transaction (``BEGIN IMMEDIATE``): reads everything already spent (all jobs), composes
+it sequentially with the new event through dp-accounting (PLD by default), checks the owner's
+(epsilon, delta) limit and inserts the charge; the commit is durable (WAL journal with
+``synchronous=FULL``: the WAL is fsync'd before ``COMMIT`` returns). Only then does
+:meth:`BudgetLedger.charge` return, so a caller told "charged" can never be forgotten, even
+after ``kill -9``; and because the check and the insert share one write lock, concurrent
+threads or processes cannot overspend.
+
+Identical events are grouped into ``SelfComposedDpEvent`` counts (see
+:func:`dpfed.accounting.compose`), so composing thousands of charges stays one PLD
+``self_compose`` per distinct mechanism.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+from dp_accounting.dp_event import DpEvent
+
+from dpfed import accounting
+
+__all__ = ["BudgetLedger", "BudgetExceededError", "LedgerError"]
+
+_SCHEMA_VERSION = "1"
+
+
+class LedgerError(RuntimeError):
+    """The ledger file is unusable or inconsistent with the requested configuration."""
+
+
+class BudgetExceededError(Exception):
+    """A charge would take the owner's total spend over its (epsilon, delta) limit.
+
+    Attributes: ``limit`` = (epsilon, delta), ``spent`` = epsilon spent before the charge,
+    ``requested`` = total epsilon the charge would have led to (at the limit's delta).
+    """
+
+    def __init__(self, limit: tuple[float, float], spent: float, requested: float,
+                 job: str | None = None) -> None:
+        self.limit = (float(limit[0]), float(limit[1]))
+        self.spent = float(spent)
+        self.requested = float(requested)
+        self.job = job
+        who = f" for job {job!r}" if job is not None else ""
+        super().__init__(
+            f"privacy budget exceeded{who}: limit (epsilon={self.limit[0]:.6g}, "
+            f"delta={self.limit[1]:.3g}), spent epsilon={self.spent:.6g}, requested charge "
+            f"would bring the total to epsilon={self.requested:.6g}; nothing was charged")
+
+
+class BudgetLedger:
+    """Durable (epsilon, delta) budget of one data owner, shared by all its jobs.
+
+    ``path`` is an SQLite file (created if missing) or ``":memory:"`` for tests and in-process
+    simulations (not durable). The accountant and neighbouring relation are fixed when the
+    file is created; reopening with different ones raises :class:`LedgerError`. The limit is
+    the owner's current policy and is enforced by this handle on every charge.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, epsilon_limit: float, delta_limit: float,
+                 accountant: str = "pld", neighbouring: str = "add_remove",
+                 pld_discretization: float = accounting.PLD_VALUE_DISCRETIZATION,
+                 busy_timeout: float = 120.0) -> None:
+        if not (epsilon_limit >= 0 and math.isfinite(epsilon_limit)):
+            raise ValueError(f"epsilon_limit must be finite and >= 0, got {epsilon_limit!r}")
+        if not 0 < delta_limit < 1:
+            raise ValueError(f"delta_limit must be in (0, 1), got {delta_limit!r}")
+        accounting.make_accountant(accountant, neighbouring, pld_discretization=pld_discretization)
+        self.path = os.fspath(path)
+        self.epsilon_limit = float(epsilon_limit)
+        self.delta_limit = float(delta_limit)
+        self.accountant = accountant
+        self.neighbouring = neighbouring
+        self.pld_discretization = float(pld_discretization)
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = sqlite3.connect(
+            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+        # Cache of the flattened multiset of everything committed, up to row ``_seen_seq``.
+        self._counts: Counter = Counter()
+        self._job_counts: dict[str, Counter] = {}
+        self._job_charges: Counter = Counter()
+        self._seen_seq = 0
+        try:
+            self._setup()
+        except Exception:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ set-up
+    def _setup(self) -> None:
+        c = self._db()
+        if self.path != ":memory:":
+            mode = c.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise LedgerError(f"could not put the ledger in WAL mode (got {mode!r})")
+        c.execute("PRAGMA synchronous=FULL")
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            c.execute(
+                "CREATE TABLE IF NOT EXISTS charges ("
+                " seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+                " charge_id TEXT NOT NULL UNIQUE,"
+                " job TEXT NOT NULL,"
+                " event TEXT NOT NULL,"
+                " epsilon_after REAL NOT NULL,"
+                " epsilon_limit REAL NOT NULL,"
+                " delta_limit REAL NOT NULL,"
+                " created_at REAL NOT NULL)")
+            want = {"schema_version": _SCHEMA_VERSION, "accountant": self.accountant,
+                    "neighbouring": self.neighbouring,
+                    "pld_discretization": repr(self.pld_discretization)}
+            have = dict(c.execute("SELECT key, value FROM meta").fetchall())
+            for key, value in want.items():
+                if key not in have:
+                    c.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (key, value))
+                elif have[key] != value:
+                    raise LedgerError(
+                        f"ledger {self.path!r} was created with {key}={have[key]!r}, "
+                        f"not {value!r}; open it with the same setting")
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise LedgerError("the ledger is closed")
+        return self._conn
+
+    # ------------------------------------------------------------------ state
+    def _refresh(self, c: sqlite3.Connection) -> None:
+        """Fold rows committed since the last look (by any process) into the cache."""
+        rows = c.execute("SELECT seq, job, event FROM charges WHERE seq > ? ORDER BY seq",
+                         (self._seen_seq,)).fetchall()
+        for seq, job, event_json in rows:
+            flat = _flatten_json(event_json)
+            self._counts.update(flat)
+            self._job_counts.setdefault(job, Counter()).update(flat)
+            self._job_charges[job] += 1
+            self._seen_seq = seq
+
+    def _epsilon(self, counts: Counter) -> float:
+        if not counts:
+            return 0.0
+        return accounting.epsilon(
+            accounting.from_counts(counts), self.delta_limit, accountant=self.accountant,
+            neighbouring=self.neighbouring, pld_discretization=self.pld_discretization)
+
+    # ------------------------------------------------------------------ API
+    def charge(self, job: str, event: DpEvent, *, charge_id: str | None = None) -> float:
+        """Charge ``event`` to ``job``; return the owner's new total epsilon (at delta_limit).
+
+        Atomic and durable: returns only after the charge is committed to disk. Idempotent on
+        ``charge_id`` (a repeat returns the current total and charges nothing). Raises
+        :class:`BudgetExceededError` (recording nothing) when the limit would be exceeded.
+        """
+        if not isinstance(job, str) or not job:
+            raise ValueError("job must be a non-empty string")
+        if charge_id is not None and (not isinstance(charge_id, str) or not charge_id):
+            raise ValueError("charge_id must be a non-empty string or None")
+        event_json = accounting.event_to_json(event)  # validates the event before any I/O
+        new = _flatten_json(event_json)
+        cid = charge_id if charge_id is not None else uuid.uuid4().hex
+        with self._lock:
+            c = self._db()
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                if charge_id is not None:
+                    row = c.execute("SELECT job, event FROM charges WHERE charge_id = ?",
+                                    (cid,)).fetchone()
+                    if row is not None:
+                        if row != (job, event_json):
+                            raise ValueError(
+                                f"charge_id {cid!r} was already used for a different job or event")
+                        self._refresh(c)
+                        c.execute("COMMIT")
+                        return self._epsilon(self._counts)
+                self._refresh(c)
+                before = self._epsilon(self._counts)
+                after = self._epsilon(self._counts + new)
+                if not after <= self.epsilon_limit:
+                    raise BudgetExceededError((self.epsilon_limit, self.delta_limit), before,
+                                              after, job)
+                cur = c.execute(
+                    "INSERT INTO charges (charge_id, job, event, epsilon_after, epsilon_limit,"
+                    " delta_limit, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (cid, job, event_json, after, self.epsilon_limit, self.delta_limit, time.time()))
+                seq = cur.lastrowid
+                c.execute("COMMIT")
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
+            # Committed: fold it into the cache (rows before it were already folded in).
+            self._counts.update(new)
+            self._job_counts.setdefault(job, Counter()).update(new)
+            self._job_charges[job] += 1
+            self._seen_seq = seq
+            return after
+
+    def would_exceed(self, event: DpEvent) -> bool:
+        """Dry run: would charging ``event`` now exceed the limit? Changes nothing."""
+        new = _flatten_json(accounting.event_to_json(event))
+        with self._lock:
+            self._refresh(self._db())
+            return not self._epsilon(self._counts + new) <= self.epsilon_limit
+
+    def spent(self, job: str | None = None) -> float:
+        """Epsilon spent (at ``delta_limit``) by ``job``, or by all jobs together."""
+        with self._lock:
+            self._refresh(self._db())
+            if job is None:
+                return self._epsilon(self._counts)
+            return self._epsilon(self._job_counts.get(job, Counter()))
+
+    def remaining(self) -> float:
+        """Epsilon limit minus the total spent (never negative)."""
+        return max(self.epsilon_limit - self.spent(), 0.0)
+
+    def report(self) -> dict[str, Any]:
+        """Limit, total and per-job spend (epsilons at ``delta_limit``) as a plain dict."""
+        with self._lock:
+            self._refresh(self._db())
+            jobs = {job: {"epsilon": self._epsilon(self._job_counts[job]),
+                          "charges": int(self._job_charges[job])}
+                    for job in sorted(self._job_counts)}
+            return {
+                "limit": {"epsilon": self.epsilon_limit, "delta": self.delta_limit},
+                "total": {"epsilon": self._epsilon(self._counts), "delta": self.delta_limit,
+                          "charges": int(sum(self._job_charges.values()))},
+                "jobs": jobs,
+                "accountant": self.accountant,
+                "neighbouring": self.neighbouring,
+            }
+
+    def charge_ids(self, job: str | None = None) -> list[str]:
+        """Charge ids recorded (in commit order), for one job or all."""
+        with self._lock:
+            c = self._db()
+            if job is None:
+                rows = c.execute("SELECT charge_id FROM charges ORDER BY seq").fetchall()
+            else:
+                rows = c.execute("SELECT charge_id FROM charges WHERE job = ? ORDER BY seq",
+                                 (job,)).fetchall()
+            return [r[0] for r in rows]
+
+    def close(self) -> None:
+        """Close the database handle (idempotent)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> "BudgetLedger":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"BudgetLedger({self.path!r}, epsilon_limit={self.epsilon_limit}, "
+                f"delta_limit={self.delta_limit}, accountant={self.accountant!r})")
+
+
+_FLAT_CACHE: dict[str, Counter] = {}
+
+
+def _flatten_json(event_json: str) -> Counter:
+    """Cached :func:`accounting.flatten` of one stored event."""
+    flat = _FLAT_CACHE.get(event_json)
+    if flat is None:
+        flat = accounting.flatten([accounting.event_from_json(event_json)])
+        if len(_FLAT_CACHE) < 4096:
+            _FLAT_CACHE[event_json] = flat
+    return Counter(flat)
