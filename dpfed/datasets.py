@@ -55,12 +55,12 @@ class Dataset:
 
     @property
     def X(self) -> np.ndarray:
-        """All records (train then test), for cross-validation."""
-        return np.concatenate([self.X_train, self.X_test])
+        """All records (train then test, or the one set when both name it), for cross-validation."""
+        return self.X_train if self.X_test is self.X_train else np.concatenate([self.X_train, self.X_test])
 
     @property
     def y(self) -> np.ndarray:
-        return np.concatenate([self.y_train, self.y_test])
+        return self.y_train if self.y_test is self.y_train else np.concatenate([self.y_train, self.y_test])
 
 
 def default_data_dir() -> Path | None:

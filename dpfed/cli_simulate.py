@@ -1,0 +1,162 @@
+"""``dpfed simulate``: a whole multi-party job on one machine, evaluated on held-out data.
+
+By default (``--transport grpc``) it starts a coordinator and one process per party on loopback with
+mutual TLS and a temporary certificate authority (``coordinator.simulate``); ``--transport inproc``
+runs the same party and coordinator halves in this process, for quick research sweeps. Training data
+are split across the parties (``--split``); ``--cv K`` runs K-fold cross-validation over the whole
+data set. The result is a table, or with ``--json`` exactly one JSON object on stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+
+from dpfed.algorithms import algorithm_names, get_algorithm
+from dpfed.datasets import Dataset, kfold_indices, load_dataset, split_parties
+from dpfed.federated import JobSpec
+
+__all__ = ["add_commands", "run_simulation"]
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help="run a local multi-party simulation and evaluate the model",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       conflict_handler="resolve")
+    p.add_argument("--algorithm", required=True, choices=algorithm_names())
+    p.add_argument("--dataset", required=True,
+                   help="bundled or --data-dir name (adult, nursery, mushroom, segmentation, satimage, mnist), "
+                        "a .npz path, or blobs:n=100000,d=10,k=5,seed=0")
+    p.add_argument("--parties", type=int, default=5, help="number of party processes (default 5)")
+    p.add_argument("--epsilon", type=float, required=True, help="per-party privacy budget of the job")
+    p.add_argument("--delta", type=float, default=None, help="per-party delta (default: the algorithm's)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="makes data splits and noise reproducible (simulation only: a seeded generator "
+                        "offers no privacy against whoever knows the seed)")
+    p.add_argument("--split", default="iid", help="iid | dirichlet:ALPHA (label skew across parties)")
+    p.add_argument("--data-dir", default=None, help="folder of dataset .npz files (default ../shared/data if present)")
+    p.add_argument("--transport", choices=("grpc", "inproc"), default="grpc",
+                   help="grpc: real processes over loopback mutual TLS (default); inproc: same halves, one process")
+    p.add_argument("--insecure", action="store_true", help="grpc without TLS (loudly warned; testing only)")
+    p.add_argument("--cv", type=int, default=None, metavar="K", help="K-fold cross-validation over the whole data")
+    p.add_argument("--cv-train-on-one", action="store_true",
+                   help="with --cv: train on one fold and test on the other K-1 (as Brinkrolf et al. do for MNIST)")
+    p.add_argument("--json", action="store_true", help="print only one JSON object")
+    seen = set()
+    for name in algorithm_names():
+        try:
+            algo = get_algorithm(name)
+        except ModuleNotFoundError as exc:
+            if not (exc.name or "").startswith("dpfed."):
+                raise
+            continue  # that algorithm's module is not installed in this build
+        if algo.add_arguments is not None and algo.add_arguments not in seen:
+            seen.add(algo.add_arguments)
+            algo.add_arguments(p.add_argument_group(f"{name} options"))
+    p.set_defaults(func=_main)
+
+
+class _Progress:
+    """Progress on stderr: one line per 2% of the job (per epoch for 50-epoch DP-SGD)."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.label, self.enabled, self.last, self.t0 = label, enabled, -1, time.perf_counter()
+
+    def __call__(self, fraction: float) -> None:
+        step = int(math.floor(min(max(fraction, 0.0), 1.0) * 50))
+        if self.enabled and step > self.last:
+            self.last = step
+            print(f"[{self.label}] {100 * step / 50:5.1f}%  {time.perf_counter() - self.t0:7.1f}s",
+                  file=sys.stderr, flush=True)
+
+
+def _folds(ds: Dataset, args: argparse.Namespace, labelled: bool) -> list[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None]]:
+    if args.cv:
+        X, y = ds.X, ds.y
+        out = []
+        for tr, te in kfold_indices(len(X), args.cv, seed=0 if args.seed is None else args.seed):
+            if args.cv_train_on_one:
+                tr, te = te, tr
+            out.append((X[tr], y[tr], X[te], y[te]))
+        return out
+    if not labelled:  # unsupervised: fit and evaluate on all records
+        return [(ds.X, ds.y, ds.X, ds.y)]
+    return [(ds.X_train, ds.y_train, ds.X_test, ds.y_test)]
+
+
+def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the simulation the parsed ``args`` describe and return the JSON-able result."""
+    t0 = time.perf_counter()
+    algo = get_algorithm(args.algorithm)
+    if args.parties < 1:
+        raise ValueError("--parties must be >= 1")
+    if args.cv is not None and args.cv < 2:
+        raise ValueError("--cv needs K >= 2")
+    ds = load_dataset(args.dataset, args.data_dir)
+    delta = algo.default_delta if args.delta is None else args.delta
+    params: dict[str, Any] = {"epsilon": args.epsilon, "delta": delta}
+    if algo.params_from_args is not None:
+        params.update(algo.params_from_args(args))
+    split_rng = np.random.default_rng(args.seed)  # public randomness: which party holds which rows
+    folds = _folds(ds, args, algo.needs_labels)
+    metrics: list[dict[str, float]] = []
+    spent, summary, rounds = 0.0, {}, 0
+    for i, (Xtr, ytr, Xte, yte) in enumerate(folds):
+        party_data = [(Xp, yp if algo.needs_labels else None)
+                      for Xp, yp in split_parties(Xtr, ytr, args.parties, args.split, split_rng)]
+        spec = JobSpec(f"sim-{uuid.uuid4().hex[:12]}", args.algorithm, params, ds.schema)
+        label = f"{args.algorithm} fold {i + 1}/{len(folds)}" if len(folds) > 1 else args.algorithm
+        progress = _Progress(label, enabled=True)
+        if args.transport == "inproc":
+            from dpfed.simulation import run_inprocess
+
+            res = run_inprocess(spec, party_data, seed=args.seed, progress=progress)
+        else:
+            from coordinator.simulate import run_grpc_simulation
+
+            res = run_grpc_simulation(spec, party_data, seed=args.seed, insecure=args.insecure, progress=progress)
+        metrics.append(algo.evaluate(res.model, Xte, yte, ds.schema))
+        spent, summary, rounds = max(spent, res.epsilon_spent), res.summary, res.rounds
+    out: dict[str, Any] = {
+        "algorithm": args.algorithm, "dataset": args.dataset, "parties": args.parties,
+        "epsilon": args.epsilon, "delta": delta, "epsilon_spent": spent,
+        "split": args.split, "transport": args.transport, "seed": args.seed, "rounds": rounds,
+    }
+    out.update({k: v for k, v in summary.items() if k not in out})
+    for key in metrics[0]:
+        vals = [m[key] for m in metrics]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            out[key] = float(np.mean(vals))
+            if len(folds) > 1:
+                out[f"{key}_std"] = float(np.std(vals))
+        else:
+            out[key] = vals[0]
+    if len(folds) > 1:
+        out["folds"] = len(folds)
+        out["cv_train_on_one"] = bool(args.cv_train_on_one)
+    out["wall_seconds"] = time.perf_counter() - t0
+    return out
+
+
+def _table(result: dict[str, Any]) -> str:
+    width = max(len(k) for k in result)
+    lines = [f"{'key':<{width}}  value", f"{'-' * width}  -----"]
+    for k, v in result.items():
+        lines.append(f"{k:<{width}}  {v:.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    return "\n".join(lines)
+
+
+def _main(args: argparse.Namespace) -> int:
+    try:
+        result = run_simulation(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"dpfed simulate: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, sort_keys=False) if args.json else _table(result))
+    return 0
