@@ -41,8 +41,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "offers no privacy against whoever knows the seed)")
     p.add_argument("--split", default="iid", help="iid | dirichlet:ALPHA (label skew across parties)")
     p.add_argument("--data-dir", default=None, help="folder of dataset .npz files (default ../shared/data if present)")
-    p.add_argument("--transport", choices=("grpc", "inproc"), default="grpc",
-                   help="grpc: real processes over loopback mutual TLS (default); inproc: same halves, one process")
+    p.add_argument("--transport", choices=("grpc", "inproc", "ray"), default="grpc",
+                   help="grpc: real processes over loopback mutual TLS (default); inproc: same halves, one "
+                        "process; ray: one Ray actor per party (local, or --ray-address of a cluster)")
+    p.add_argument("--ray-address", default=None, help="with --transport ray: join this Ray cluster")
     p.add_argument("--insecure", action="store_true", help="grpc without TLS (loudly warned; testing only)")
     p.add_argument("--cv", type=int, default=None, metavar="K", help="K-fold cross-validation over the whole data")
     p.add_argument("--cv-train-on-one", action="store_true",
@@ -117,6 +119,10 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
             from dpfed.simulation import run_inprocess
 
             res = run_inprocess(spec, party_data, seed=args.seed, progress=progress)
+        elif args.transport == "ray":
+            from coordinator.ray_backend import run_ray_simulation
+
+            res = run_ray_simulation(spec, party_data, seed=args.seed, address=args.ray_address, progress=progress)
         else:
             from coordinator.simulate import run_grpc_simulation
 
