@@ -69,7 +69,7 @@ def make_accountant(accountant: str = "pld", neighbouring: str = "add_remove", *
     if accountant == "pld":
         if not (pld_discretization > 0 and math.isfinite(pld_discretization)):
             raise ValueError(f"pld_discretization must be positive, got {pld_discretization!r}")
-        return pld_privacy_accountant.PLDAccountant(
+        return _PLDAccountant(  # PLDAccountant + EpsilonDeltaDpEvent (end of module)
             neighboring_relation=rel, value_discretization_interval=pld_discretization)
     if accountant == "rdp":
         return rdp_privacy_accountant.RdpAccountant(neighboring_relation=rel)
@@ -277,20 +277,48 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_rat
         dp_accounting.get_sigma_gaussian(target_epsilon, delta) if hasattr(dp_accounting, "get_sigma_gaussian")
         else math.sqrt(2 * math.log(1.25 / delta)) / target_epsilon)
     guess = min(max(guess, 0.05), 1e4)
+    fine = _Memo(lambda s: eps_at(s) - target_epsilon)
     if accountant == "pld" and pld_discretization < _COARSE_DISCRETIZATION:
-        coarse_lo, coarse_hi = _bracket(lambda s: eps_at(s, _COARSE_DISCRETIZATION) - target_epsilon,
-                                        guess, 2.0)
-        guess = _bisect(lambda s: eps_at(s, _COARSE_DISCRETIZATION) - target_epsilon,
-                        coarse_lo, coarse_hi, 1e-3)[1]
-        step = 1.01  # the fine optimum is within ~0.5 % below the coarse one
+        coarse = _Memo(lambda s: eps_at(s, _COARSE_DISCRETIZATION) - target_epsilon)
+        x0 = _brent_bracketed(coarse, *_bracket(coarse, guess, 2.0), 1e-3)
+        lo, hi = _secant_bracket(fine, x0, coarse.slope_near(x0), rtol)
     else:
-        step = 2.0
-    f = lambda s: eps_at(s) - target_epsilon  # noqa: E731
-    lo, hi = _bracket(f, guess, step)
-    return _brent_bracketed(f, lo, hi, rtol)
+        lo, hi = _bracket(fine, guess, 2.0)
+    return _brent_bracketed(fine, lo, hi, rtol)
 
 
-def _bracket(f, guess: float, factor: float) -> tuple[float, float]:
+class _Memo:
+    """Memoised scalar function that remembers every evaluation (for bracketing)."""
+
+    def __init__(self, f) -> None:
+        self.f = f
+        self.seen: dict[float, float] = {}
+
+    def __call__(self, x: float) -> float:
+        if x not in self.seen:
+            self.seen[x] = self.f(x)
+        return self.seen[x]
+
+    def slope_near(self, x: float) -> float:
+        """Secant slope through the two evaluations closest to ``x`` (negative expected)."""
+        pts = sorted(self.seen.items(), key=lambda kv: abs(kv[0] - x))[:2]
+        if len(pts) < 2 or pts[0][0] == pts[1][0]:
+            return -1.0
+        (x1, y1), (x2, y2) = pts
+        slope = (y2 - y1) / (x2 - x1)
+        return slope if slope < 0 else -1.0
+
+    def bracket(self) -> tuple[float, float] | None:
+        """Tightest (lo, hi) among evaluations with f(lo) > 0 >= f(hi), if any."""
+        met = [x for x, v in self.seen.items() if v <= 0]
+        if not met:
+            return None
+        hi = min(met)
+        missed = [x for x, v in self.seen.items() if v > 0 and x < hi]
+        return (max(missed), hi) if missed else None
+
+
+def _bracket(f: _Memo, guess: float, factor: float) -> tuple[float, float]:
     """(lo, hi) with f(lo) > 0 >= f(hi), expanding geometrically from ``guess``."""
     if f(guess) <= 0:
         hi, lo = guess, guess / factor
@@ -307,6 +335,25 @@ def _bracket(f, guess: float, factor: float) -> tuple[float, float]:
     return lo, hi
 
 
+def _secant_bracket(f: _Memo, x0: float, slope: float, rtol: float) -> tuple[float, float]:
+    """Bracket the root of a decreasing ``f`` near ``x0`` by secant steps that aim just past
+    the predicted root (by 0.4 rtol), so a good slope estimate needs only 2-3 evaluations."""
+    x, fx = x0, f(x0)
+    for _ in range(8):
+        found = f.bracket()
+        if found is not None:
+            return found
+        pred = x - fx / slope
+        pred *= (1 - 0.4 * rtol) if fx <= 0 else (1 + 0.4 * rtol)
+        if not pred > 0:
+            break
+        fp = f(pred)
+        if fp != fx and pred != x and (fp - fx) / (pred - x) < 0:
+            slope = (fp - fx) / (pred - x)
+        x, fx = pred, fp
+    return _bracket(f, x, 1.01)
+
+
 def _bisect(f, lo: float, hi: float, rtol: float) -> tuple[float, float]:
     while hi - lo > rtol * hi:
         mid = 0.5 * (lo + hi)
@@ -317,28 +364,20 @@ def _bisect(f, lo: float, hi: float, rtol: float) -> tuple[float, float]:
     return lo, hi
 
 
-def _brent_bracketed(f, lo: float, hi: float, rtol: float) -> float:
+def _brent_bracketed(f: _Memo, lo: float, hi: float, rtol: float) -> float:
     """Brent's root search that returns the bracket end where f <= 0 (target met)."""
     import scipy.optimize
 
-    seen: dict[float, float] = {}
-
-    def g(s: float) -> float:
-        if s not in seen:
-            seen[s] = f(s)
-        return seen[s]
-
-    if lo > 0:
+    if lo > 0 and hi - lo > rtol * hi:
         try:
-            scipy.optimize.brentq(g, lo, hi, xtol=0.25 * rtol * lo, rtol=1e-12, maxiter=60)
+            scipy.optimize.brentq(f, lo, hi, xtol=0.25 * rtol * lo, rtol=1e-12, maxiter=60)
         except ValueError:  # non-monotone discretisation noise: fall back on bisection below
             pass
     # Tightest valid bracket among all evaluations, then bisect until it is narrow enough.
-    met = [s for s, v in seen.items() if v <= 0] + [hi]
-    best_hi = min(met)
-    missed = [s for s, v in seen.items() if v > 0 and s < best_hi] + [lo]
-    best_lo = max(missed)
-    return _bisect(g, best_lo, best_hi, rtol)[1]
+    found = f.bracket()
+    if found is not None and found[1] <= hi:
+        lo, hi = max(lo, found[0]), found[1]
+    return _bisect(f, lo, hi, rtol)[1]
 
 
 # --------------------------------------------------------------------------- JSON
@@ -350,7 +389,7 @@ def _field_types(cls: type) -> dict[str, Any]:
 def _to_jsonable(value: Any, declared: Any = None) -> Any:
     if isinstance(value, DpEvent):
         cls = type(value)
-        if getattr(_dp_event_module, cls.__name__, None) is not cls:
+        if getattr(_dp_event_module, cls.__name__, None) is not cls and _EXTRA_EVENTS.get(cls.__name__) is not cls:
             raise ValueError(f"only dp_accounting.dp_event classes serialise, got {cls.__qualname__}")
         types = _field_types(cls)
         out: dict[str, Any] = {"class_name": cls.__name__}
@@ -384,7 +423,7 @@ def event_to_json(event: DpEvent) -> str:
 def _from_jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         name = value.get("class_name")
-        cls = getattr(_dp_event_module, name, None) if isinstance(name, str) else None
+        cls = (_EXTRA_EVENTS.get(name) or getattr(_dp_event_module, name, None)) if isinstance(name, str) else None
         if not (isinstance(cls, type) and issubclass(cls, DpEvent)):
             raise ValueError(f"unknown DpEvent class {name!r}")  # never import arbitrary modules
         types = _field_types(cls)
@@ -414,3 +453,42 @@ def event_from_json(text: str) -> DpEvent:
     except TypeError as exc:
         raise ValueError(f"malformed DpEvent JSON: {exc}") from None
     return event
+
+
+# --------------------------------------------------------------------------- generic (epsilon, delta)
+# (added for dpfed.sample_aggregate: smooth-sensitivity releases are (epsilon, delta)-DP with no
+# standard dp_accounting event; see EpsilonDeltaDpEvent.)
+
+@attr.define(frozen=True)
+class EpsilonDeltaDpEvent(DpEvent):
+    """A release known only to be (epsilon, delta)-DP, e.g. smooth-sensitivity noise (Nissim,
+    Raskhodnikova & Smith 2007, Lemma 2.6), whose privacy loss matches no standard mechanism.
+
+    The PLD accountant composes it as the worst (epsilon, delta)-DP mechanism, the dominating
+    pair of Kairouz, Oh & Viswanath 2015 (``from_privacy_parameters``): exact for the claim.
+    The RDP accountant refuses it (its Renyi divergences are infinite when delta > 0).
+    """
+
+    epsilon: float
+    delta: float
+
+
+_EXTRA_EVENTS: dict[str, type] = {"EpsilonDeltaDpEvent": EpsilonDeltaDpEvent}
+
+
+class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
+    """dp-accounting's PLD accountant that also composes :class:`EpsilonDeltaDpEvent`."""
+
+    def _maybe_compose(self, event, count, do_compose):  # type: ignore[override]
+        if isinstance(event, EpsilonDeltaDpEvent):
+            if not (event.epsilon >= 0 and math.isfinite(event.epsilon) and 0 <= event.delta <= 1):
+                return privacy_accountant.CompositionErrorDetails(
+                    invalid_event=event, error_message="EpsilonDeltaDpEvent needs epsilon >= 0, 0 <= delta <= 1")
+            if do_compose and count > 0:
+                from dp_accounting.pld import common, privacy_loss_distribution
+                pld = privacy_loss_distribution.from_privacy_parameters(
+                    common.DifferentialPrivacyParameters(float(event.epsilon), float(event.delta)),
+                    value_discretization_interval=self._value_discretization_interval)
+                self._pld = self._pld.compose(pld.self_compose(count) if count > 1 else pld)
+            return None
+        return super()._maybe_compose(event, count, do_compose)
