@@ -1,0 +1,100 @@
+"""``coordinator.toml``: where the coordinator listens, its certificates and its state directory.
+
+Example (relative paths are relative to the config file)::
+
+    listen = "0.0.0.0:50051"       # host:port to serve on (parties and operators dial in)
+    state_dir = "state"            # jobs, models and the global budget (per-party ledgers) live here
+    insecure = false               # true = plain text, no TLS (debugging only; warns loudly)
+    offer_timeout = 60.0           # seconds a party has to accept or refuse a job offer
+    task_timeout = 3600.0          # seconds a party has to answer one task before the job fails
+    max_message_bytes = 4194304    # gRPC message limit, enforced on send and receive
+    chunk_bytes = 1048576          # array payload per message (must be below max_message_bytes)
+    plugins = []                   # extra modules defining ALGORITHMS (must match the parties')
+
+    [tls]                          # mutual TLS (required unless insecure = true)
+    ca = "certs/ca.crt"            # the deployment CA: parties and operators must be signed by it
+    cert = "certs/coordinator.crt" # the coordinator's certificate (SAN must include its host name)
+    key = "certs/coordinator.key"
+"""
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from protos.codec import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MESSAGE_BYTES
+from protos.security import TlsFiles
+
+__all__ = ["CoordinatorConfig", "ConfigError", "read_toml", "tls_from"]
+
+
+class ConfigError(ValueError):
+    """A configuration file is missing, malformed or inconsistent."""
+
+
+def read_toml(path: str | os.PathLike) -> tuple[dict[str, Any], Path]:
+    """Parse a TOML file; return (table, directory used to resolve relative paths)."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            return tomllib.load(fh), p.resolve().parent
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {p}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+
+
+def tls_from(table: dict[str, Any], base: Path, where: str) -> TlsFiles:
+    """The ``[tls]`` table (ca, cert, key) with paths resolved against ``base``."""
+    tls = table.get("tls")
+    if not isinstance(tls, dict):
+        raise ConfigError(f"{where}: a [tls] table with ca, cert and key is required (or insecure = true)")
+    missing = [k for k in ("ca", "cert", "key") if not isinstance(tls.get(k), str)]
+    if missing:
+        raise ConfigError(f"{where}: [tls] is missing {', '.join(missing)}")
+    return TlsFiles(*(base / tls[k] for k in ("ca", "cert", "key")))
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    listen: str = "127.0.0.1:50051"
+    state_dir: Path = Path("state")
+    tls: TlsFiles | None = None
+    insecure: bool = False
+    offer_timeout: float = 60.0
+    task_timeout: float = 3600.0
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    plugins: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.insecure and self.tls is None:
+            raise ConfigError("the coordinator needs [tls] files unless insecure = true")
+        if not 0 < self.chunk_bytes <= self.max_message_bytes - 65536:
+            raise ConfigError("chunk_bytes must be positive and at least 64 KiB below max_message_bytes")
+        if not (self.offer_timeout > 0 and self.task_timeout > 0):
+            raise ConfigError("offer_timeout and task_timeout must be positive")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "CoordinatorConfig":
+        t, base = read_toml(path)
+        known = {"listen", "state_dir", "insecure", "offer_timeout", "task_timeout", "max_message_bytes",
+                 "chunk_bytes", "plugins", "tls"}
+        unknown = sorted(set(t) - known)
+        if unknown:
+            raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
+        insecure = bool(t.get("insecure", False))
+        try:
+            return cls(listen=str(t.get("listen", cls.listen)), state_dir=base / str(t.get("state_dir", "state")),
+                       tls=None if insecure and "tls" not in t else tls_from(t, base, str(path)),
+                       insecure=insecure, offer_timeout=float(t.get("offer_timeout", cls.offer_timeout)),
+                       task_timeout=float(t.get("task_timeout", cls.task_timeout)),
+                       max_message_bytes=int(t.get("max_message_bytes", cls.max_message_bytes)),
+                       chunk_bytes=int(t.get("chunk_bytes", cls.chunk_bytes)),
+                       plugins=tuple(str(p) for p in t.get("plugins", ())))
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            raise ConfigError(f"{path}: {exc}") from None

@@ -1,0 +1,716 @@
+"""The coordinator daemon: gRPC services for parties and operators, and the job runner.
+
+Parties dial in, register under the name in their certificate, and keep one task stream open.
+Jobs run one at a time (:meth:`Coordinator._run_job`): every chosen party is offered the job spec
+and accepts only after charging its own ledger (or refuses with a reason, shown to the operator);
+then the algorithm's coordinator half issues tasks, each broadcast to all parties on their
+streams, and absorbs the answers once all have arrived (no polling: a condition variable wakes
+the runner on every result).
+
+Checks on every party message: protocol version, a session issued to this certificate's name,
+the active job id, the current round and task id, one result per party per task (a replayed,
+duplicated or out-of-order result is rejected with a gRPC error and changes nothing).
+
+Disconnect policy: if a party taking part in a job disconnects (its task stream ends), refuses a
+task, or does not answer within ``task_timeout``, the job fails cleanly with that reason; the
+coordinator keeps serving. Charges already made stay recorded: each party's own ledger holds its
+charge, and the coordinator's global budget holds every accepted plan exactly once (charge id
+``JOB:plan``). Nothing is retried automatically, so nothing is charged twice; the operator may
+submit the job again, which is a new job with a new charge.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import secrets
+import threading
+import time
+import uuid
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import grpc
+import numpy as np
+
+from coordinator.config import CoordinatorConfig
+from coordinator.state import JobRecord, StateStore
+from dpfed.federated import JobSpec, Task
+from dpfed.schema import Schema
+from protos import dpfed_pb2 as pb
+from protos import dpfed_pb2_grpc as pbg
+from protos.codec import (PROTOCOL_VERSION, ArrayAssembler, ProtocolError, channel_options, chunk_groups,
+                          encode_arrays)
+from protos.plugins import load_algorithm
+from protos.security import peer_identity, server_credentials, warn_insecure
+
+__all__ = ["Coordinator", "serve"]
+
+log = logging.getLogger("dpfed.coordinator")
+_HEARTBEAT_SECONDS = 10.0
+
+
+class _Abort(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+@dataclass
+class _Session:
+    name: str
+    token: str
+    outbox: "queue.Queue[pb.CoordinatorMessage | None]" = field(default_factory=queue.Queue)
+    streaming: bool = False
+    closed: bool = False
+
+
+@dataclass
+class _Active:
+    """The running job's volatile state (guarded by Coordinator._cond)."""
+
+    spec: JobSpec
+    parties: list[str]
+    responses: dict[str, pb.JobResponse] = field(default_factory=dict)
+    round: int = -1
+    task_id: str = ""
+    answers: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    receiving: set[str] = field(default_factory=set)
+    failure: str = ""
+
+
+class Coordinator:
+    """Registry of parties, job queue and runner. Thread-safe; one instance per server."""
+
+    def __init__(self, config: CoordinatorConfig) -> None:
+        self.config = config
+        self.store = StateStore(config.state_dir)
+        self.jobs: dict[str, JobRecord] = self.store.load_jobs()
+        self._cond = threading.Condition()
+        self._version = 0                               # bumped on every observable change
+        self._sessions: dict[str, _Session] = {}        # party name -> current session
+        self._by_token: dict[str, _Session] = {}
+        self._last_seen: dict[str, float] = {}
+        self._queue: "queue.Queue[str | None]" = queue.Queue()
+        self._active: _Active | None = None
+        self._cancel: set[str] = set()
+        self._stopping = False
+        self._runner = threading.Thread(target=self._run_loop, name="dpfed-job-runner", daemon=True)
+        self._runner.start()
+
+    # ------------------------------------------------------------------ helpers
+    def _changed(self) -> None:
+        """Call with self._cond held."""
+        self._version += 1
+        self._cond.notify_all()
+
+    def _identify(self, context: grpc.ServicerContext, role: str) -> str | None:
+        """The caller's certificate name (None on plain text), refusing the wrong role."""
+        ident = peer_identity(context)
+        if ident is None:
+            if not self.config.insecure:
+                raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "a client certificate is required")
+            return None
+        name, cert_role = ident
+        if cert_role != role:
+            raise _Abort(grpc.StatusCode.PERMISSION_DENIED,
+                         f"certificate {name!r} has role {cert_role or 'none'!r}; this call needs a {role} certificate")
+        return name
+
+    def _session(self, context: grpc.ServicerContext, version: int, token: str) -> _Session:
+        if version != PROTOCOL_VERSION:
+            raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
+                         f"protocol version {version} not supported (this coordinator speaks {PROTOCOL_VERSION})")
+        cert_name = self._identify(context, "party")
+        with self._cond:
+            sess = self._by_token.get(token)
+            if sess is None or sess.closed:
+                raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "unknown or expired session; register again")
+            if cert_name is not None and sess.name != cert_name:
+                raise _Abort(grpc.StatusCode.PERMISSION_DENIED,
+                             f"session belongs to {sess.name!r}, not to certificate {cert_name!r}")
+            self._last_seen[sess.name] = time.time()
+            return sess
+
+    def _fail_active(self, reason: str) -> None:
+        """Call with self._cond held: make the running job fail with ``reason``."""
+        if self._active is not None and not self._active.failure:
+            self._active.failure = reason
+            self._changed()
+
+    # ------------------------------------------------------------------ party service
+    def register(self, req: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterReply:
+        if req.version != PROTOCOL_VERSION:
+            raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
+                         f"protocol version {req.version} not supported (this coordinator speaks {PROTOCOL_VERSION})")
+        cert_name = self._identify(context, "party")
+        from coordinator.certs import valid_name
+
+        if not valid_name(req.party):
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "party name must be 1-64 letters, digits, '.', '_', '-'")
+        if cert_name is not None and req.party != cert_name:
+            raise _Abort(grpc.StatusCode.PERMISSION_DENIED,
+                         f"certificate is issued to {cert_name!r} but the party claims to be {req.party!r}")
+        try:
+            schema = Schema.from_json(req.schema_json)
+        except (ValueError, TypeError) as exc:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed schema: {exc}") from None
+        if not (req.epsilon_limit >= 0 and 0 < req.delta_limit < 1):
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "epsilon_limit >= 0 and 0 < delta_limit < 1 required")
+        token = secrets.token_hex(16)
+        with self._cond:
+            old = self._sessions.get(req.party)
+            if old is not None:
+                self._close_session(old, "the party registered again")
+            sess = _Session(req.party, token)
+            self._sessions[req.party] = sess
+            self._by_token[token] = sess
+            self._last_seen[req.party] = time.time()
+            self._changed()
+        self.store.note_party(req.party, schema=schema.to_dict(), epsilon_limit=req.epsilon_limit,
+                              delta_limit=req.delta_limit, epsilon_spent=req.epsilon_spent,
+                              algorithms=list(req.algorithms), registered=time.time())
+        log.info("party %s registered", req.party)
+        return pb.RegisterReply(version=PROTOCOL_VERSION, session=token)
+
+    def _close_session(self, sess: _Session, why: str) -> None:
+        """Call with self._cond held."""
+        if sess.closed:
+            return
+        sess.closed = True
+        sess.outbox.put(None)
+        self._by_token.pop(sess.token, None)
+        if self._sessions.get(sess.name) is sess:
+            del self._sessions[sess.name]
+        act = self._active
+        if act is not None and sess.name in act.parties:
+            self._fail_active(f"party {sess.name!r} disconnected during job {act.spec.job_id} "
+                              f"(round {act.round}): {why}")
+        self._changed()
+
+    def task_stream(self, req: pb.StreamRequest, context: grpc.ServicerContext) -> Iterator[pb.CoordinatorMessage]:
+        sess = self._session(context, req.version, req.session)
+        with self._cond:
+            if sess.streaming:
+                raise _Abort(grpc.StatusCode.ALREADY_EXISTS, "this session already has a task stream")
+            sess.streaming = True
+            self._changed()
+
+        def gone() -> None:
+            with self._cond:
+                self._close_session(sess, "its task stream ended")
+
+        context.add_callback(gone)
+        log.info("party %s connected", sess.name)
+        while True:
+            try:
+                msg = sess.outbox.get(timeout=_HEARTBEAT_SECONDS)
+            except queue.Empty:
+                msg = pb.CoordinatorMessage(version=PROTOCOL_VERSION, round=-1, heartbeat=True)
+            if msg is None or not context.is_active():
+                return
+            yield msg
+
+    def respond_job(self, req: pb.JobResponse, context: grpc.ServicerContext) -> pb.JobResponseAck:
+        sess = self._session(context, req.version, req.session)
+        with self._cond:
+            act = self._active
+            if act is None or act.spec.job_id != req.job_id:
+                raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {req.job_id!r} (no such job is on offer)")
+            if sess.name not in act.parties:
+                raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"{sess.name!r} takes no part in job {req.job_id}")
+            if req.round != -1 or req.task_id:
+                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "a job response carries round -1 and no task id")
+            if sess.name in act.responses:
+                raise _Abort(grpc.StatusCode.ALREADY_EXISTS, f"{sess.name!r} already answered the offer of {req.job_id}")
+            if act.round >= 0:
+                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, "the offer phase of this job is over")
+        if req.accept:
+            # The party has charged its ledger; record the release in the global budget before anything else.
+            try:
+                self.store.record_release(sess.name, req.job_id, req.event_json)
+            except ValueError as exc:
+                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed privacy event: {exc}") from None
+        with self._cond:
+            if sess.name in act.responses:
+                raise _Abort(grpc.StatusCode.ALREADY_EXISTS, f"{sess.name!r} already answered the offer of {req.job_id}")
+            act.responses[sess.name] = req
+            self._changed()
+        return pb.JobResponseAck(version=PROTOCOL_VERSION)
+
+    def submit_result(self, parts: Iterator[pb.ResultPart], context: grpc.ServicerContext) -> pb.ResultAck:
+        first = next(parts, None)
+        if first is None:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "empty result stream")
+        sess = self._session(context, first.version, first.session)
+        name, key = sess.name, (first.job_id, first.round, first.task_id)
+        with self._cond:
+            act = self._active
+            if act is None or act.spec.job_id != first.job_id:
+                raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {first.job_id!r}")
+            if name not in act.parties:
+                raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"{name!r} takes no part in job {first.job_id}")
+            if first.round != act.round:
+                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
+                             f"result for round {first.round} but round {act.round} is current "
+                             "(replayed or out-of-order result rejected)")
+            if first.task_id != act.task_id:
+                raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown task id {first.task_id!r} for round {act.round}")
+            if name in act.answers or name in act.receiving:
+                raise _Abort(grpc.StatusCode.ALREADY_EXISTS,
+                             f"{name!r} already sent its result for round {act.round} (duplicate rejected)")
+            act.receiving.add(name)
+        try:
+            asm = ArrayAssembler()
+            part, error = first, ""
+            while True:
+                if (part.version, part.session, part.job_id, part.round, part.task_id) != (
+                        first.version, first.session, *key):
+                    raise ProtocolError("result parts disagree on version, session, job, round or task id")
+                error = error or part.error
+                asm.add_all(part.chunks)
+                if part.last:
+                    break
+                part = next(parts, None)
+                if part is None:
+                    raise ProtocolError("result stream ended before its last part")
+            if next(parts, None) is not None:
+                raise ProtocolError("parts after the last one")
+            arrays = asm.finish()
+        except ProtocolError as exc:
+            with self._cond:
+                act.receiving.discard(name)
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed result: {exc}") from None
+        except BaseException:
+            with self._cond:
+                act.receiving.discard(name)
+            raise
+        with self._cond:
+            act.receiving.discard(name)
+            if self._active is not act or act.round != first.round or act.task_id != first.task_id:
+                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, "the task was closed while the result arrived")
+            if error:
+                self._fail_active(f"party {name!r} refused task {act.round} of job {act.spec.job_id}: {error}")
+            else:
+                act.answers[name] = arrays
+            self._last_seen[name] = time.time()
+            self._changed()
+        return pb.ResultAck(version=PROTOCOL_VERSION)
+
+    # ------------------------------------------------------------------ admin service
+    def _check_admin(self, context: grpc.ServicerContext, version: int) -> None:
+        if version != PROTOCOL_VERSION:
+            raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
+                         f"protocol version {version} not supported (this coordinator speaks {PROTOCOL_VERSION})")
+        self._identify(context, "operator")
+
+    def status(self) -> dict[str, Any]:
+        now = time.time()
+        with self._cond:
+            connected = {n for n, s in self._sessions.items() if s.streaming and not s.closed}
+            seen = dict(self._last_seen)
+            jobs = [j.to_dict() for j in sorted(self.jobs.values(), key=lambda j: j.created)]
+        budget = self.store.budget()
+        parties = []
+        for name in sorted(set(budget) | set(self.store.parties) | connected):
+            facts = self.store.parties.get(name, {})
+            last = now if name in connected else seen.get(name, facts.get("last_seen"))
+            parties.append({"name": name, "connected": name in connected, "last_seen": last,
+                            **budget.get(name, {"epsilon_spent": 0.0})})
+        return {"parties": parties, "jobs": jobs, "now": now}
+
+    def submit_job(self, req: pb.SubmitJobRequest) -> str:
+        try:
+            params = json.loads(req.params_json or "{}")
+            if not isinstance(params, dict):
+                raise ValueError("params must be a JSON object")
+        except ValueError as exc:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed params: {exc}") from None
+        try:
+            algo = load_algorithm(req.algorithm, self.config.plugins)
+        except (ValueError, ImportError, KeyError) as exc:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        params.setdefault("delta", algo.default_delta)
+        job_id = req.job_id or f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        from coordinator.certs import valid_name
+
+        if not valid_name(job_id):
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "job id must be 1-64 letters, digits, '.', '_', '-'")
+        schema = None
+        if req.schema_json:
+            try:
+                schema = Schema.from_json(req.schema_json).to_dict()
+            except (ValueError, TypeError) as exc:
+                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed schema: {exc}") from None
+        try:  # validate epsilon/delta now, with a placeholder schema if none was given
+            JobSpec(job_id, req.algorithm, params, Schema.from_dict(schema) if schema else Schema(()))
+        except ValueError as exc:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        with self._cond:
+            if job_id in self.jobs:
+                raise _Abort(grpc.StatusCode.ALREADY_EXISTS, f"job {job_id!r} exists already")
+            rec = JobRecord(job_id, req.algorithm, params, schema, list(req.parties))
+            self.jobs[job_id] = rec
+            self.store.save_job(rec)
+            self._changed()
+        self._queue.put(job_id)
+        log.info("job %s queued (%s)", job_id, req.algorithm)
+        return job_id
+
+    def cancel_job(self, job_id: str) -> JobRecord:
+        with self._cond:
+            rec = self.jobs.get(job_id)
+            if rec is None:
+                raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
+            if rec.state == "queued":
+                rec.state, rec.reason, rec.finished = "cancelled", "cancelled by the operator before it started", time.time()
+                self.store.save_job(rec)
+            elif not rec.terminal:
+                self._cancel.add(job_id)
+                if self._active is not None and self._active.spec.job_id == job_id:
+                    self._fail_active("cancelled by the operator")
+                self._changed()
+            return rec
+
+    def watch(self, job_id: str, context: grpc.ServicerContext | None = None,
+              timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        """Yield the job record whenever it changes, until it reaches a terminal state."""
+        seen = -1
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._cond:
+                rec = self.jobs.get(job_id)
+                if rec is None:
+                    raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
+                while self._version == seen:
+                    if context is not None and not context.is_active():
+                        return
+                    if deadline is not None and time.monotonic() > deadline:
+                        return
+                    self._cond.wait(timeout=1.0)
+                seen = self._version
+                snap = rec.to_dict()
+            yield snap
+            if snap["state"] in ("done", "failed", "refused", "cancelled"):
+                return
+
+    def wait_for_parties(self, names: list[str], timeout: float) -> bool:
+        """Block until every party in ``names`` has an open task stream (True) or time runs out."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                missing = [n for n in names if not (n in self._sessions and self._sessions[n].streaming)]
+                if not missing:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(timeout=min(left, 1.0))
+
+    # ------------------------------------------------------------------ job runner
+    def _run_loop(self) -> None:
+        while True:
+            job_id = self._queue.get()
+            if job_id is None:
+                return
+            rec = self.jobs[job_id]
+            if rec.terminal:  # cancelled while queued
+                continue
+            try:
+                self._run_job(rec)
+            except Exception as exc:  # the coordinator keeps serving whatever a job does
+                log.exception("job %s failed", job_id)
+                self._finish(rec, "failed", f"{type(exc).__name__}: {exc}")
+
+    def _finish(self, rec: JobRecord, state: str, reason: str = "") -> None:
+        with self._cond:
+            act, self._active = self._active, None
+            rec.state, rec.reason, rec.finished = state, reason, time.time()
+            self._cancel.discard(rec.job_id)
+            self.store.save_job(rec)
+            parties = act.parties if act is not None else []
+            for name in parties:
+                sess = self._sessions.get(name)
+                if sess is not None:
+                    sess.outbox.put(pb.CoordinatorMessage(version=PROTOCOL_VERSION, job_id=rec.job_id, round=-1,
+                                                          job_end=f"{state}: {reason}" if reason else state))
+            self._changed()
+        log.info("job %s %s %s", rec.job_id, state, reason)
+
+    def _wait(self, act: _Active, done, timeout: float, what: str) -> None:
+        """Wait (on the condition) until ``done()`` or the job fails; raise on failure or timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not act.failure and not done():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    waiting = [p for p in act.parties if p not in act.answers and p not in act.responses] \
+                        if act.round < 0 else [p for p in act.parties if p not in act.answers]
+                    self._fail_active(f"timed out after {timeout:g} s waiting for {what} from {', '.join(waiting)}")
+                    break
+                self._cond.wait(timeout=left)
+            if act.failure:
+                raise _JobFailed(act.failure)
+
+    def _run_job(self, rec: JobRecord) -> None:
+        cfg = self.config
+        with self._cond:
+            if rec.job_id in self._cancel:
+                self._finish(rec, "cancelled", "cancelled by the operator before it started")
+                return
+            connected = sorted(n for n, s in self._sessions.items() if s.streaming and not s.closed)
+            parties = list(rec.parties) or connected
+            missing = [p for p in parties if p not in connected]
+        if not parties:
+            self._finish(rec, "failed", "no party is connected")
+            return
+        if missing:
+            self._finish(rec, "failed", f"party {', '.join(missing)} not connected")
+            return
+        schemas = {json.dumps(self.store.parties.get(p, {}).get("schema"), sort_keys=True) for p in parties}
+        if rec.schema is None:
+            if len(schemas) != 1:
+                self._finish(rec, "failed", "the parties declare different schemas; give the job a schema")
+                return
+            rec.schema = json.loads(schemas.pop())
+        try:
+            spec = JobSpec(rec.job_id, rec.algorithm, rec.params, Schema.from_dict(rec.schema))
+            algo = load_algorithm(rec.algorithm, cfg.plugins)
+        except (ValueError, ImportError, KeyError) as exc:
+            self._finish(rec, "failed", f"bad job: {exc}")
+            return
+        act = _Active(spec, parties)
+        with self._cond:
+            self._active = act
+            rec.parties, rec.state, rec.started = parties, "offering", time.time()
+            self.store.save_job(rec)
+            offer = pb.CoordinatorMessage(version=PROTOCOL_VERSION, job_id=spec.job_id, round=-1,
+                                          offer=pb.JobOffer(spec_json=spec.to_json()))
+            for p in parties:
+                self._sessions[p].outbox.put(offer)
+            self._changed()
+        try:
+            self._wait(act, lambda: len(act.responses) == len(parties), cfg.offer_timeout, "an answer to the offer")
+        except _JobFailed as exc:
+            self._record_offer(rec, act)
+            self._finish(rec, "cancelled" if rec.job_id in self._cancel else "failed", str(exc))
+            return
+        self._record_offer(rec, act)
+        if rec.refusals:
+            self._finish(rec, "refused", "; ".join(f"{p} refused: {r}" for p, r in sorted(rec.refusals.items())))
+            return
+        coord = algo.coordinator(spec, parties)
+        with self._cond:
+            rec.state = "running"
+            self.store.save_job(rec)
+            self._changed()
+        last_save = time.monotonic()
+        try:
+            while (task := coord.next_task()) is not None:
+                self._broadcast(act, task)
+                self._wait(act, lambda: len(act.answers) == len(parties), cfg.task_timeout,
+                           f"results of round {task.round}")
+                with self._cond:
+                    answers, act.answers = act.answers, {}
+                coord.absorb(task, answers)
+                with self._cond:
+                    rec.rounds += 1
+                    rec.progress = float(coord.progress)
+                    if time.monotonic() - last_save > 2.0:
+                        self.store.save_job(rec)
+                        last_save = time.monotonic()
+                    self._changed()
+        except _JobFailed as exc:
+            self._finish(rec, "cancelled" if rec.job_id in self._cancel else "failed", str(exc))
+            return
+        model = coord.model()
+        self.store.save_model(rec.job_id, model)
+        rec.summary = _jsonable(coord.summary())
+        rec.progress = 1.0
+        self._finish(rec, "done")
+
+    def _record_offer(self, rec: JobRecord, act: _Active) -> None:
+        with self._cond:
+            for p, r in act.responses.items():
+                if r.accept:
+                    rec.party_epsilon[p] = float(r.epsilon_job)
+                else:
+                    rec.refusals[p] = r.reason or "no reason given"
+            self.store.save_job(rec)
+
+    def _broadcast(self, act: _Active, task: Task) -> None:
+        """Put the task on every party's stream: a header part, then chunk groups."""
+        cfg = self.config
+        task_id = uuid.uuid4().hex
+        ids = dict(version=PROTOCOL_VERSION, job_id=act.spec.job_id, round=int(task.round), task_id=task_id)
+        groups = list(chunk_groups(encode_arrays(task.arrays, cfg.chunk_bytes), cfg.chunk_bytes))
+        msgs = []
+        for i, g in enumerate(groups):
+            m = pb.CoordinatorMessage(**ids, chunks=g, last=i == len(groups) - 1)
+            if i == 0:
+                m.task.CopyFrom(pb.TaskHeader(kind=task.kind, params_json=json.dumps(_jsonable(dict(task.params)))))
+            msgs.append(m)
+        with self._cond:
+            if act.failure:
+                raise _JobFailed(act.failure)
+            act.round, act.task_id, act.answers = int(task.round), task_id, {}
+            for p in act.parties:
+                sess = self._sessions.get(p)
+                if sess is None:
+                    self._fail_active(f"party {p!r} disconnected before round {task.round}")
+                    raise _JobFailed(act.failure)
+                for m in msgs:
+                    sess.outbox.put(m)
+
+    def model_of(self, job_id: str) -> tuple[JobRecord, dict[str, np.ndarray]]:
+        with self._cond:
+            rec = self.jobs.get(job_id)
+        if rec is None:
+            raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
+        model = self.store.load_model(job_id)
+        if model is None:
+            raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
+                         f"job {job_id} has no model (state {rec.state}{': ' + rec.reason if rec.reason else ''})")
+        return rec, model
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._fail_active("the coordinator is shutting down")
+            for sess in list(self._sessions.values()):
+                self._close_session(sess, "the coordinator is shutting down")
+        self._queue.put(None)
+        self._runner.join(timeout=10)
+        self.store.close()
+
+
+class _JobFailed(Exception):
+    pass
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+# ---------------------------------------------------------------------- gRPC glue
+def _guard(fn):
+    """Turn _Abort into a gRPC status (unary handlers)."""
+    def wrapper(self, request, context):
+        try:
+            return fn(self, request, context)
+        except _Abort as exc:
+            context.abort(exc.code, exc.message)
+    wrapper.__name__ = fn.__name__
+    return wrapper
+
+
+def _guard_stream(fn):
+    def wrapper(self, request, context):
+        try:
+            yield from fn(self, request, context)
+        except _Abort as exc:
+            context.abort(exc.code, exc.message)
+    wrapper.__name__ = fn.__name__
+    return wrapper
+
+
+class _PartyService(pbg.PartyServicer):
+    def __init__(self, coord: Coordinator) -> None:
+        self.c = coord
+
+    @_guard
+    def Register(self, request, context):
+        return self.c.register(request, context)
+
+    @_guard_stream
+    def TaskStream(self, request, context):
+        yield from self.c.task_stream(request, context)
+
+    @_guard
+    def RespondJob(self, request, context):
+        return self.c.respond_job(request, context)
+
+    @_guard
+    def SubmitResult(self, request_iterator, context):
+        return self.c.submit_result(request_iterator, context)
+
+
+class _AdminService(pbg.AdminServicer):
+    def __init__(self, coord: Coordinator) -> None:
+        self.c = coord
+
+    @_guard
+    def Status(self, request, context):
+        self.c._check_admin(context, request.version)
+        return pb.StatusReply(version=PROTOCOL_VERSION, status_json=json.dumps(self.c.status(), allow_nan=True))
+
+    @_guard
+    def SubmitJob(self, request, context):
+        self.c._check_admin(context, request.version)
+        return pb.SubmitJobReply(version=PROTOCOL_VERSION, job_id=self.c.submit_job(request))
+
+    @_guard_stream
+    def WatchJob(self, request, context):
+        self.c._check_admin(context, request.version)
+        for snap in self.c.watch(request.job_id, context):
+            yield pb.JobState(version=PROTOCOL_VERSION, job_json=json.dumps(snap, allow_nan=True))
+
+    @_guard
+    def CancelJob(self, request, context):
+        self.c._check_admin(context, request.version)
+        rec = self.c.cancel_job(request.job_id)
+        return pb.JobState(version=PROTOCOL_VERSION, job_json=json.dumps(rec.to_dict(), allow_nan=True))
+
+    @_guard_stream
+    def GetModel(self, request, context):
+        self.c._check_admin(context, request.version)
+        rec, model = self.c.model_of(request.job_id)
+        cb = self.c.config.chunk_bytes
+        first = True
+        for group in chunk_groups(encode_arrays(model, cb), cb):
+            yield pb.ModelPart(version=PROTOCOL_VERSION, job_id=rec.job_id,
+                               job_json=json.dumps(rec.to_dict(), allow_nan=True) if first else "", chunks=group)
+            first = False
+
+
+@dataclass
+class RunningServer:
+    """A started coordinator: ``port`` it listens on; ``stop()`` shuts it down."""
+
+    coordinator: Coordinator
+    server: grpc.Server
+    port: int
+
+    def stop(self, grace: float = 2.0) -> None:
+        self.coordinator.stop()
+        self.server.stop(grace).wait()
+
+
+def serve(config: CoordinatorConfig, *, max_workers: int = 64) -> RunningServer:
+    """Start the coordinator on ``config.listen`` (port 0 picks a free port); return at once."""
+    if config.insecure:
+        warn_insecure(log)
+    coord = Coordinator(config)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dpfed-rpc"),
+                         options=channel_options(config.max_message_bytes))
+    pbg.add_PartyServicer_to_server(_PartyService(coord), server)
+    pbg.add_AdminServicer_to_server(_AdminService(coord), server)
+    if config.insecure:
+        port = server.add_insecure_port(config.listen)
+    else:
+        port = server.add_secure_port(config.listen, server_credentials(config.tls))
+    if port == 0:
+        coord.stop()
+        raise OSError(f"could not listen on {config.listen}")
+    server.start()
+    log.info("coordinator listening on %s (port %d)", config.listen, port)
+    return RunningServer(coord, server, port)

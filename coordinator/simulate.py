@@ -1,0 +1,164 @@
+"""The local multi-party simulation over real sockets: what ``dpfed simulate`` runs.
+
+:func:`run_grpc_simulation` creates a temporary CA and certificates, starts a coordinator on a
+free loopback port (in this process), writes each party's records to an ``.npz`` file and starts
+one party daemon PROCESS per party (``python -m party.daemon``), submits the job through the
+operator API with mutual TLS, waits for it, fetches the model and reads every party's spend.
+Everything is shut down on return, on error and on KeyboardInterrupt (parties get SIGTERM, then
+SIGKILL; they also exit on their own if this process dies).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from coordinator import certs
+from coordinator.client import AdminClient, JobError
+from coordinator.config import CoordinatorConfig
+from coordinator.server import serve
+from dpfed.federated import JobSpec
+from dpfed.simulation import SimulationResult
+from party.config import write_config
+from protos.security import TlsFiles
+
+__all__ = ["run_grpc_simulation", "SimulationError"]
+
+
+_PURE_DP_DELTA = 1e-12  # the delta at which a pure-DP job's epsilon is measured
+
+
+class SimulationError(RuntimeError):
+    """A party process could not start, or the job did not finish."""
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _stop_processes(procs: Sequence[subprocess.Popen], grace: float = 5.0) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarray | None]], *,
+                        seed: int | None, insecure: bool = False, progress: Callable[[float], None] | None = None,
+                        workdir: str | os.PathLike | None = None, timeout: float = 3600,
+                        party_names: Sequence[str] | None = None, plugins: Sequence[str] = (),
+                        epsilon_limit: float | None = None, delta_limit: float | None = None,
+                        start_timeout: float = 120.0) -> SimulationResult:
+    """Run ``spec`` over party processes holding ``party_data``; return model, spends and timing.
+
+    ``seed`` makes each party's noise reproducible (``SecureRNG.from_seed(f"{seed}:{job}:{party}")``,
+    simulation only); None uses fresh OS entropy. Each party's ledger limit defaults to the job's own
+    (epsilon, delta), as in :func:`dpfed.simulation.run_inprocess`. ``workdir`` keeps the certificates,
+    configs, ledgers and logs (a temporary directory, removed afterwards, by default).
+    """
+    t0 = time.perf_counter()
+    names = list(party_names) if party_names is not None else [f"party-{i}" for i in range(len(party_data))]
+    if len(names) != len(party_data) or not names:
+        raise ValueError("one name per party, at least one party")
+    own_dir = workdir is None
+    root = Path(tempfile.mkdtemp(prefix="dpfed-sim-")) if own_dir else Path(workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    procs: list[subprocess.Popen] = []
+    server = None
+    admin = None
+    try:
+        cert_dir = root / "certs"
+        if not insecure:
+            certs.init_ca(root / "ca", overwrite=True)
+            for n in ["coordinator", "operator", *names]:
+                certs.issue(n, root / "ca", cert_dir)
+
+        def files(n: str) -> TlsFiles | None:
+            return None if insecure else TlsFiles(cert_dir / "ca.crt", cert_dir / f"{n}.crt", cert_dir / f"{n}.key")
+
+        cfg = CoordinatorConfig(listen="127.0.0.1:0", state_dir=root / "coordinator", tls=files("coordinator"),
+                                insecure=insecure, plugins=tuple(plugins))
+        server = serve(cfg)
+        address = f"127.0.0.1:{server.port}"
+        env = dict(os.environ)
+        path_entries = [p for p in sys.path if p and os.path.isdir(p)]
+        env["PYTHONPATH"] = os.pathsep.join(path_entries)
+        env.setdefault("PYTHONWARNINGS", "ignore::UserWarning")  # the seeded-RNG warning, once per party
+        eps_limit = spec.epsilon * (1 + 1e-9) if epsilon_limit is None else epsilon_limit
+        # PLD epsilons of pure-DP events are infinite at deltas far below 1e-12 (tail truncation)
+        dl = max(spec.delta, _PURE_DP_DELTA) if delta_limit is None else delta_limit
+        (root / "schema.json").write_text(spec.schema.to_json())
+        for name, (X, y) in zip(names, party_data):
+            pdir = root / name
+            pdir.mkdir(exist_ok=True)
+            arrays = {"X": np.asarray(X)} if y is None else {"X": np.asarray(X), "y": np.asarray(y)}
+            np.savez(pdir / "data.npz", **arrays)
+            values = {"name": name, "coordinator": address, "data": str(pdir / "data.npz"),
+                      "ledger": str(pdir / "ledger.sqlite"), "epsilon_limit": eps_limit, "delta_limit": dl,
+                      "insecure": insecure, "reconnect_seconds": 0.5, "plugins": list(plugins),
+                      "schema_file": str(root / "schema.json"), "exit_with_parent": True}
+            if seed is not None:
+                values["seed"] = int(seed)
+            if not insecure:
+                f = files(name)
+                values["tls"] = {"ca": str(f.ca), "cert": str(f.cert), "key": str(f.key)}
+            write_config(pdir / "party.toml", values)
+            log = open(pdir / "party.log", "wb")
+            try:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "party.daemon", "--config", str(pdir / "party.toml"),
+                     "--log-level", "WARNING"], stdout=log, stderr=subprocess.STDOUT, env=env,
+                    start_new_session=True))
+            finally:
+                log.close()
+        deadline = time.monotonic() + start_timeout
+        while not server.coordinator.wait_for_parties(names, timeout=0.2):
+            for name, p in zip(names, procs):
+                if p.poll() is not None:
+                    raise SimulationError(f"party {name} exited with code {p.returncode}:\n"
+                                          f"{_tail(root / name / 'party.log')}")
+            if time.monotonic() > deadline:
+                raise SimulationError(f"parties did not connect within {start_timeout:g} s")
+        admin = AdminClient(address, tls=files("operator"), insecure=insecure)
+        job_id = admin.submit_job(spec.algorithm, dict(spec.params), parties=names, schema=spec.schema,
+                                  job_id=spec.job_id)
+        try:
+            record = admin.wait(job_id, timeout=timeout, progress=progress, raise_on_failure=False)
+        except TimeoutError:
+            admin.cancel(job_id)
+            raise
+        if record.get("state") != "done":
+            raise JobError(record)
+        model, record = admin.get_model(job_id)
+        party_eps = {n: float(record["party_epsilon"].get(n, 0.0)) for n in names}
+        return SimulationResult(model=model, summary=record.get("summary", {}),
+                                epsilon_spent=max(party_eps.values()), party_epsilon=party_eps,
+                                rounds=int(record.get("rounds", 0)), wall_seconds=time.perf_counter() - t0)
+    finally:
+        if admin is not None:
+            admin.close()
+        _stop_processes(procs)
+        if server is not None:
+            server.stop(grace=1.0)
+        if own_dir:
+            shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,176 @@
+"""The coordinator's durable state: job records, trained models and the global budget.
+
+Layout of ``state_dir``::
+
+    parties.json          known parties: declared limits, schema, last seen (public facts)
+    jobs/JOB.json         one record per job (state, progress, reason, per-party spends, summary)
+    models/JOB.npz        the trained model of each finished job
+    budget/PARTY.sqlite   the global budget: a BudgetLedger per party mirroring what it released
+
+The global budget composes, per party, every plan that party accepted (sequential composition
+within a party; parties hold disjoint records, so across parties composition is parallel and the
+job's spend is the largest party spend). Each accepted plan is recorded once, under the same
+charge id the party used (``JOB:plan``), so a repeated acceptance never counts twice. Files are
+replaced atomically (write to a temporary file, fsync, rename).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from dpfed.accounting import event_from_json
+from dpfed.ledger import BudgetLedger
+
+__all__ = ["JobRecord", "StateStore", "TERMINAL_STATES"]
+
+TERMINAL_STATES = frozenset({"done", "failed", "refused", "cancelled"})
+_MIRROR_EPSILON_LIMIT = 1e9  # the mirror records; the party's own ledger enforces its limit
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass
+class JobRecord:
+    """Everything public about one job (persisted as JSON)."""
+
+    job_id: str
+    algorithm: str
+    params: dict[str, Any]
+    schema: dict[str, Any] | None
+    parties: list[str]
+    state: str = "queued"            # queued, offering, running, done, failed, refused, cancelled
+    progress: float = 0.0
+    rounds: int = 0
+    reason: str = ""
+    refusals: dict[str, str] = field(default_factory=dict)
+    party_epsilon: dict[str, float] = field(default_factory=dict)   # each party's ledger spend for the job
+    summary: dict[str, Any] = field(default_factory=dict)
+    created: float = field(default_factory=time.time)
+    started: float | None = None
+    finished: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class StateStore:
+    """Reads and writes the state directory (thread-safe)."""
+
+    def __init__(self, state_dir: str | os.PathLike) -> None:
+        self.root = Path(state_dir)
+        for sub in ("jobs", "models", "budget"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._ledgers: dict[str, BudgetLedger] = {}
+        self.parties: dict[str, dict[str, Any]] = {}
+        pf = self.root / "parties.json"
+        if pf.exists():
+            self.parties = json.loads(pf.read_text())
+
+    # -- jobs ------------------------------------------------------------------------------
+    def load_jobs(self) -> dict[str, JobRecord]:
+        """All job records; any job that was not finished is marked failed (we restarted)."""
+        jobs = {}
+        for f in sorted((self.root / "jobs").glob("*.json")):
+            rec = JobRecord(**json.loads(f.read_text()))
+            if not rec.terminal:
+                rec.state, rec.reason = "failed", "the coordinator restarted while the job was " + rec.state
+                rec.finished = time.time()
+                self.save_job(rec)
+            jobs[rec.job_id] = rec
+        return jobs
+
+    def save_job(self, rec: JobRecord) -> None:
+        with self._lock:
+            _atomic_write(self.root / "jobs" / f"{rec.job_id}.json",
+                          json.dumps(rec.to_dict(), sort_keys=True, allow_nan=True).encode())
+
+    def save_model(self, job_id: str, model: Mapping[str, np.ndarray]) -> Path:
+        path = self.root / "models" / f"{job_id}.npz"
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{job_id}.", suffix=".npz")
+        os.close(fd)
+        try:
+            np.savez(tmp, **{k: np.asarray(v) for k, v in model.items()})
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return path
+
+    def load_model(self, job_id: str) -> dict[str, np.ndarray] | None:
+        path = self.root / "models" / f"{job_id}.npz"
+        if not path.exists():
+            return None
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+
+    # -- parties and the global budget -----------------------------------------------------
+    def note_party(self, name: str, **facts: Any) -> None:
+        with self._lock:
+            self.parties.setdefault(name, {}).update(facts)
+            _atomic_write(self.root / "parties.json", json.dumps(self.parties, sort_keys=True).encode())
+
+    def _ledger(self, party: str) -> BudgetLedger:
+        led = self._ledgers.get(party)
+        if led is None:
+            delta = float(self.parties.get(party, {}).get("delta_limit", 1e-6))
+            led = BudgetLedger(self.root / "budget" / f"{party}.sqlite", epsilon_limit=_MIRROR_EPSILON_LIMIT,
+                               delta_limit=delta)
+            self._ledgers[party] = led
+        return led
+
+    def record_release(self, party: str, job_id: str, event_json: str) -> float:
+        """Record that ``party`` accepted (and charged) ``job_id``'s plan; return its composed spend."""
+        event = event_from_json(event_json)
+        with self._lock:
+            led = self._ledger(party)
+            return led.charge(job_id, event, charge_id=f"{job_id}:plan")
+
+    def spent(self, party: str) -> float:
+        with self._lock:
+            if party not in self._ledgers and not (self.root / "budget" / f"{party}.sqlite").exists():
+                return 0.0
+            return self._ledger(party).spent()
+
+    def budget(self) -> dict[str, dict[str, float]]:
+        """Per party: composed epsilon spent (coordinator's record) and the party's declared limits."""
+        with self._lock:
+            names = set(self.parties) | {p.stem for p in (self.root / "budget").glob("*.sqlite")}
+            out = {}
+            for name in sorted(names):
+                facts = self.parties.get(name, {})
+                out[name] = {"epsilon_spent": self.spent(name),
+                             "epsilon_limit": float(facts.get("epsilon_limit", float("nan"))),
+                             "delta_limit": float(facts.get("delta_limit", float("nan"))),
+                             "party_reported_spent": float(facts.get("epsilon_spent", float("nan")))}
+            return out
+
+    def close(self) -> None:
+        with self._lock:
+            for led in self._ledgers.values():
+                led.close()
+            self._ledgers.clear()

@@ -1,0 +1,147 @@
+"""``party.toml``: one data owner's daemon (who it is, where its data and ledger are, its limits).
+
+Example (relative paths are relative to the config file)::
+
+    name = "hospital-a"               # the party's name; must equal the CN of its certificate
+    coordinator = "coord.example.org:50051"   # host:port the party dials (it opens no port itself)
+    data = "records.csv"              # .csv (header row: feature names, then the label column)
+                                      # or .npz (arrays X and y, or X_train and y_train)
+    ledger = "state/ledger.sqlite"    # this party's durable privacy ledger (created if missing)
+    epsilon_limit = 10.0              # total epsilon this party will ever release (all jobs)
+    delta_limit = 1e-5                # the delta at which the ledger measures epsilon
+    accountant = "pld"                # "pld" (tight) or "rdp"; fixed when the ledger is created
+    insecure = false                  # true = plain text without TLS (debugging only; warns loudly)
+    reconnect_seconds = 2.0           # wait between attempts when the coordinator is unreachable
+    max_message_bytes = 4194304       # gRPC message limit, enforced on send and receive
+    chunk_bytes = 1048576             # array payload per message
+    plugins = []                      # extra modules defining ALGORITHMS (must match the coordinator)
+    # seed = 0                        # TESTS/SIMULATIONS ONLY: reproducible noise (no privacy)
+
+    [tls]
+    ca = "certs/ca.crt"               # the deployment CA (verifies the coordinator)
+    cert = "certs/hospital-a.crt"     # this party's certificate, issued by 'dpfed certs issue'
+    key = "certs/hospital-a.key"
+
+    [schema]                          # PUBLIC description of the data, declared, never derived from it
+    n_classes = 2                     # labels are 0..n_classes-1 (0 = unlabelled data)
+    label = "income"                  # name of the label column in a CSV file
+    class_names = ["<=50K", ">50K"]   # optional
+    [[schema.features]]
+    name = "age"
+    kind = "numeric"                  # numeric: public bounds lower/upper
+    lower = 16
+    upper = 100
+    [[schema.features]]
+    name = "workclass"
+    kind = "categorical"              # categorical: integer codes 0..categories-1
+    categories = 9
+
+Instead of ``[schema]`` a file may be named: ``schema_file = "schema.json"`` (the JSON form of
+:meth:`dpfed.schema.Schema.to_dict`).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coordinator.config import ConfigError, read_toml, tls_from
+from dpfed.schema import Schema
+from protos.codec import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MESSAGE_BYTES
+from protos.security import TlsFiles
+
+__all__ = ["PartyConfig", "ConfigError"]
+
+_KEYS = {"name", "coordinator", "data", "ledger", "epsilon_limit", "delta_limit", "accountant", "insecure",
+         "reconnect_seconds", "max_message_bytes", "chunk_bytes", "plugins", "seed", "tls", "schema",
+         "schema_file", "exit_with_parent"}
+
+
+@dataclass(frozen=True)
+class PartyConfig:
+    name: str
+    coordinator: str
+    data: Path
+    ledger: Path
+    schema: Schema
+    epsilon_limit: float
+    delta_limit: float
+    tls: TlsFiles | None = None
+    insecure: bool = False
+    accountant: str = "pld"
+    reconnect_seconds: float = 2.0
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    plugins: tuple[str, ...] = field(default=())
+    seed: int | str | None = None
+    exit_with_parent: bool = False    # simulation: quit when the process that started us is gone
+
+    def __post_init__(self) -> None:
+        from coordinator.certs import valid_name
+
+        if not valid_name(self.name):
+            raise ConfigError(f"party name {self.name!r}: use 1-64 letters, digits, '.', '_' or '-'")
+        if not self.insecure and self.tls is None:
+            raise ConfigError("the party needs [tls] files unless insecure = true")
+        if not (self.epsilon_limit >= 0 and 0 < self.delta_limit < 1):
+            raise ConfigError("need epsilon_limit >= 0 and 0 < delta_limit < 1")
+        if not 0 < self.chunk_bytes <= self.max_message_bytes - 65536:
+            raise ConfigError("chunk_bytes must be positive and at least 64 KiB below max_message_bytes")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "PartyConfig":
+        t, base = read_toml(path)
+        unknown = sorted(set(t) - _KEYS)
+        if unknown:
+            raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
+        missing = [k for k in ("name", "coordinator", "data", "ledger", "epsilon_limit", "delta_limit") if k not in t]
+        if missing:
+            raise ConfigError(f"{path}: missing key(s) {', '.join(missing)}")
+        try:
+            if "schema_file" in t:
+                schema = Schema.from_json((base / str(t["schema_file"])).read_text())
+            elif isinstance(t.get("schema"), dict):
+                schema = Schema.from_dict(t["schema"])
+            else:
+                raise ConfigError(f"{path}: a [schema] table or schema_file is required (the schema is "
+                                  "declared by the data owner, never derived from the data)")
+            insecure = bool(t.get("insecure", False))
+            return cls(name=str(t["name"]), coordinator=str(t["coordinator"]), data=base / str(t["data"]),
+                       ledger=base / str(t["ledger"]), schema=schema,
+                       epsilon_limit=float(t["epsilon_limit"]), delta_limit=float(t["delta_limit"]),
+                       tls=None if insecure and "tls" not in t else tls_from(t, base, str(path)),
+                       insecure=insecure, accountant=str(t.get("accountant", "pld")),
+                       reconnect_seconds=float(t.get("reconnect_seconds", 2.0)),
+                       max_message_bytes=int(t.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES)),
+                       chunk_bytes=int(t.get("chunk_bytes", DEFAULT_CHUNK_BYTES)),
+                       plugins=tuple(str(p) for p in t.get("plugins", ())), seed=t.get("seed"),
+                       exit_with_parent=bool(t.get("exit_with_parent", False)))
+        except ConfigError:
+            raise
+        except (TypeError, ValueError, OSError) as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+
+
+def write_config(path: str | os.PathLike, values: dict) -> None:
+    """Write a party.toml from plain values (used by the simulation; strings, numbers, bools, tables)."""
+    lines: list[str] = []
+    tables = {k: v for k, v in values.items() if isinstance(v, dict)}
+    for k, v in values.items():
+        if not isinstance(v, dict):
+            lines.append(f"{k} = {_toml_value(v)}")
+    for name, table in tables.items():
+        lines.append(f"[{name}]")
+        for k, v in table.items():
+            lines.append(f"{k} = {_toml_value(v)}")
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return json.dumps(str(v))  # a JSON string is a valid TOML basic string

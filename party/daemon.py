@@ -1,0 +1,280 @@
+"""The party daemon: holds one owner's records and ledger, decides and answers the coordinator's jobs.
+
+It dials out to the coordinator (no inbound port), registers under its certificate's name and
+keeps one task stream open, reconnecting after failures. For every job offer it decides alone:
+it computes the job's whole spend from the public spec (``PartyAlgorithm.job_event``), charges its
+ledger durably under charge id ``JOB:plan`` (idempotent: a repeated offer is never charged
+twice), and only then accepts; a spend over its limit, an unknown algorithm or a schema other
+than its own is refused with a reason the coordinator shows the operator. Each task is checked
+against the charged plan (``check_task``) before the answer is computed and streamed back.
+Error messages sent out carry public facts only (never data values): for a failure while
+computing an answer only the exception type leaves the party; details go to its local log.
+
+Run: ``dpfed party serve --config party.toml`` or ``python -m party.daemon --config party.toml``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import grpc
+import numpy as np
+
+from dpfed.accounting import event_to_json
+from dpfed.algorithms import algorithm_names
+from dpfed.federated import JobSpec, PartyAlgorithm, Task, TaskRejected
+from dpfed.ledger import BudgetExceededError, BudgetLedger
+from dpfed.rng import SecureRNG
+from party.config import ConfigError, PartyConfig
+from party.data import load_and_validate
+from protos import dpfed_pb2 as pb
+from protos import dpfed_pb2_grpc as pbg
+from protos.codec import PROTOCOL_VERSION, ArrayAssembler, ProtocolError, channel_options, chunk_groups, encode_arrays
+from protos.plugins import load_algorithm
+from protos.security import channel_credentials, warn_insecure
+
+__all__ = ["PartyDaemon", "main"]
+
+log = logging.getLogger("dpfed.party")
+
+
+@dataclass
+class _Job:
+    spec: JobSpec
+    half: PartyAlgorithm
+    rng: SecureRNG
+
+
+class PartyDaemon:
+    """One party. ``run()`` blocks until ``stop()``; data must already be validated."""
+
+    def __init__(self, config: PartyConfig, X: np.ndarray, y: np.ndarray | None) -> None:
+        self.config = config
+        self.X, self.y = X, y
+        self.ledger = BudgetLedger(config.ledger, epsilon_limit=config.epsilon_limit,
+                                   delta_limit=config.delta_limit, accountant=config.accountant)
+        self._jobs: dict[str, _Job] = {}
+        self._stop = threading.Event()
+        self._channel: grpc.Channel | None = None
+        self._call = None
+        self.connected = threading.Event()
+
+    @classmethod
+    def from_config(cls, config: PartyConfig) -> "PartyDaemon":
+        X, y = load_and_validate(config.data, config.schema)
+        log.info("party %s: %d records, %d features validated against the schema", config.name, *X.shape)
+        return cls(config, X, y)
+
+    # ------------------------------------------------------------------ connection
+    def _open_channel(self) -> grpc.Channel:
+        opts = channel_options(self.config.max_message_bytes)
+        if self.config.insecure:
+            return grpc.insecure_channel(self.config.coordinator, options=opts)
+        return grpc.secure_channel(self.config.coordinator, channel_credentials(self.config.tls), options=opts)
+
+    def stop(self) -> None:
+        self._stop.set()
+        call = self._call
+        if call is not None:
+            call.cancel()
+
+    def close(self) -> None:
+        self.ledger.close()
+
+    def run(self) -> None:
+        """Connect, serve the task stream, reconnect on failure; return after :meth:`stop`."""
+        if self.config.insecure:
+            warn_insecure(log)
+        while not self._stop.is_set():
+            try:
+                self._serve_once()
+            except grpc.RpcError as exc:
+                code = exc.code() if hasattr(exc, "code") else None
+                if self._stop.is_set():
+                    break
+                if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED,
+                            grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
+                    log.error("coordinator refused party %s: %s", self.config.name, exc.details())
+                    raise
+                log.warning("connection to %s lost (%s); retrying in %.1f s", self.config.coordinator,
+                            code.name if code else exc, self.config.reconnect_seconds)
+            finally:
+                self.connected.clear()
+                if self._channel is not None:
+                    self._channel.close()
+                    self._channel = None
+            self._stop.wait(self.config.reconnect_seconds)
+
+    def _serve_once(self) -> None:
+        cfg = self.config
+        self._channel = ch = self._open_channel()
+        stub = pbg.PartyStub(ch)
+        reg = stub.Register(pb.RegisterRequest(
+            version=PROTOCOL_VERSION, party=cfg.name, schema_json=cfg.schema.to_json(),
+            epsilon_limit=cfg.epsilon_limit, delta_limit=cfg.delta_limit, epsilon_spent=self.ledger.spent(),
+            algorithms=algorithm_names()), timeout=30)
+        session = reg.session
+        self._call = call = stub.TaskStream(pb.StreamRequest(version=PROTOCOL_VERSION, session=session))
+        self.connected.set()
+        log.info("party %s connected to %s", cfg.name, cfg.coordinator)
+        parts: dict[str, tuple[pb.CoordinatorMessage, ArrayAssembler]] = {}
+        for msg in call:
+            if self._stop.is_set():
+                break
+            which = msg.WhichOneof("body")
+            if msg.version != PROTOCOL_VERSION:
+                log.error("ignoring a message of protocol version %d", msg.version)
+                continue
+            if which == "heartbeat":
+                continue
+            if which == "offer":
+                self._on_offer(stub, session, msg)
+            elif which == "job_end":
+                self._jobs.pop(msg.job_id, None)
+                log.info("job %s ended: %s", msg.job_id, msg.job_end)
+            else:  # a task part: the first carries the header, the last has last=True
+                if which == "task":
+                    parts[msg.task_id] = (msg, ArrayAssembler())
+                head = parts.get(msg.task_id)
+                if head is None:
+                    log.error("task part for unknown task %s ignored", msg.task_id)
+                    continue
+                error = ""
+                try:
+                    head[1].add_all(msg.chunks)
+                except ProtocolError as exc:
+                    error = f"malformed task: {exc}"
+                if msg.last or error:
+                    del parts[msg.task_id]
+                    self._on_task(stub, session, head[0], head[1], error)
+
+    # ------------------------------------------------------------------ decisions
+    def _decide(self, spec_json: str) -> tuple[pb.JobResponse, _Job | None]:
+        """Charge the job's whole spend, or give the reason to refuse it."""
+        cfg = self.config
+        try:
+            spec = JobSpec.from_json(spec_json)
+        except (ValueError, KeyError, TypeError) as exc:
+            return pb.JobResponse(accept=False, reason=f"malformed job spec: {exc}"), None
+        ids = dict(job_id=spec.job_id)
+        if spec.schema.to_dict() != cfg.schema.to_dict():
+            return pb.JobResponse(**ids, accept=False, reason="the job's schema differs from this party's declared "
+                                  "schema"), None
+        try:
+            algo = load_algorithm(spec.algorithm, cfg.plugins)
+        except (ValueError, ImportError, KeyError) as exc:
+            return pb.JobResponse(**ids, accept=False, reason=f"unknown algorithm: {exc}"), None
+        if algo.needs_labels and self.y is None:
+            return pb.JobResponse(**ids, accept=False, reason=f"{spec.algorithm} needs labels; this party has none"), None
+        half = algo.party()
+        try:
+            event = half.job_event(spec)
+        except (TaskRejected, ValueError, TypeError, KeyError) as exc:
+            return pb.JobResponse(**ids, accept=False, reason=f"bad job parameters: {exc}"), None
+        try:  # durable before anything of this job leaves the party
+            total = self.ledger.charge(spec.job_id, event, charge_id=f"{spec.job_id}:plan")
+        except BudgetExceededError as exc:
+            log.warning("job %s refused: %s", spec.job_id, exc)
+            return pb.JobResponse(**ids, accept=False, reason=str(exc)), None
+        except ValueError as exc:  # the charge id was used for another event
+            return pb.JobResponse(**ids, accept=False, reason=f"ledger refused the charge: {exc}"), None
+        rng = (SecureRNG.from_seed(f"{cfg.seed}:{spec.job_id}:{cfg.name}") if cfg.seed is not None else SecureRNG())
+        log.info("job %s accepted (%s); ledger total epsilon %.6g of %.6g", spec.job_id, spec.algorithm, total,
+                 cfg.epsilon_limit)
+        resp = pb.JobResponse(**ids, accept=True, event_json=event_to_json(event),
+                              epsilon_job=self.ledger.spent(spec.job_id), epsilon_total=total)
+        return resp, _Job(spec, half, rng)
+
+    def _on_offer(self, stub: pbg.PartyStub, session: str, msg: pb.CoordinatorMessage) -> None:
+        resp, job = self._decide(msg.offer.spec_json)
+        if job is not None:
+            self._jobs[job.spec.job_id] = job
+        resp.version, resp.session, resp.round, resp.task_id = PROTOCOL_VERSION, session, -1, ""
+        if not resp.job_id:
+            resp.job_id = msg.job_id
+        stub.RespondJob(resp, timeout=60)
+
+    def _on_task(self, stub: pbg.PartyStub, session: str, head: pb.CoordinatorMessage, asm: ArrayAssembler,
+                 error: str) -> None:
+        ids = dict(version=PROTOCOL_VERSION, session=session, job_id=head.job_id, round=head.round,
+                   task_id=head.task_id)
+        answer: dict[str, np.ndarray] = {}
+        job = self._jobs.get(head.job_id)
+        if not error and job is None:
+            error = f"job {head.job_id} was not accepted by this party"
+        if not error:
+            try:
+                params = json.loads(head.task.params_json or "{}")
+                task = Task(head.job_id, int(head.round), head.task.kind, params, asm.finish())
+                job.half.check_task(job.spec, task)
+            except (TaskRejected, ProtocolError, ValueError) as exc:
+                error = f"task rejected: {exc}"
+        if not error:
+            try:
+                answer = job.half.answer(job.spec, task, self.X, self.y, job.rng)
+            except Exception as exc:  # the message may hold data: only its type leaves the party
+                log.exception("job %s round %d: answer failed", head.job_id, head.round)
+                error = f"the party failed to compute its answer ({type(exc).__name__}; see the party's log)"
+        stub.SubmitResult(self._result_parts(ids, answer, error), timeout=3600)
+
+    def _result_parts(self, ids: dict, answer: dict[str, np.ndarray], error: str) -> Iterator[pb.ResultPart]:
+        cb = self.config.chunk_bytes
+        groups = list(chunk_groups(encode_arrays(answer, cb), cb)) if not error else [[]]
+        for i, g in enumerate(groups):
+            yield pb.ResultPart(**ids, error=error, chunks=g, last=i == len(groups) - 1)
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m party.daemon --config party.toml``: validate the data, then serve until signalled."""
+    ap = argparse.ArgumentParser(prog="party.daemon", description="dpfed party daemon")
+    ap.add_argument("--config", required=True, help="party.toml")
+    ap.add_argument("--log-level", default="INFO")
+    args = ap.parse_args(argv)
+    return serve_from_config(args.config, log_level=args.log_level)
+
+
+def serve_from_config(path: str, log_level: str = "INFO") -> int:
+    logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from dpfed.schema import DataValidationError
+
+    try:
+        cfg = PartyConfig.load(path)
+        daemon = PartyDaemon.from_config(cfg)
+    except (ConfigError, DataValidationError) as exc:
+        print(f"dpfed party: error: {exc}", file=sys.stderr)
+        return 2
+    if cfg.exit_with_parent:
+        threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        daemon.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        daemon.run()
+    except grpc.RpcError as exc:
+        print(f"dpfed party: error: the coordinator refused this party: {exc.details()}", file=sys.stderr)
+        return 1
+    finally:
+        daemon.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Arrays on the wire: raw little-endian bytes + dtype + shape, split into bounded chunks.
+
+Shared by the party daemon and the coordinator. :func:`encode_arrays` yields
+``ArrayChunk`` messages of at most ``chunk_bytes`` payload each; :class:`ArrayAssembler` checks
+every chunk (allowed dtype, consistent shape and size, contiguous offsets, a total cap) and
+rebuilds the arrays, raising :class:`ProtocolError` with a clear reason on anything malformed.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Iterator, Mapping
+
+import numpy as np
+
+from protos import dpfed_pb2 as pb
+
+__all__ = ["PROTOCOL_VERSION", "ProtocolError", "DEFAULT_MAX_MESSAGE_BYTES", "DEFAULT_CHUNK_BYTES",
+           "DEFAULT_MAX_ARRAY_BYTES", "encode_arrays", "ArrayAssembler", "channel_options"]
+
+PROTOCOL_VERSION = 1
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024     # gRPC send/receive limit, both sides
+DEFAULT_CHUNK_BYTES = 1024 * 1024                # payload per chunk; leaves room for headers
+DEFAULT_MAX_ARRAY_BYTES = 1024 * 1024 * 1024     # cap on one task/result/model after assembly
+
+_KINDS = {"b", "i", "u", "f", "U"}               # bool, ints, floats, fixed-width unicode
+
+
+class ProtocolError(ValueError):
+    """A message breaks the protocol (bad version, ids, chunks, dtypes, sizes)."""
+
+
+def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+    """gRPC options enforcing the maximum message size (used by both ends)."""
+    return [("grpc.max_send_message_length", int(max_message_bytes)),
+            ("grpc.max_receive_message_length", int(max_message_bytes)),
+            ("grpc.keepalive_time_ms", 20000), ("grpc.keepalive_timeout_ms", 10000),
+            ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)]
+
+
+def _wire_dtype(dtype: np.dtype) -> np.dtype:
+    if dtype.kind not in _KINDS:
+        raise ProtocolError(f"arrays of dtype {dtype} cannot be sent (allowed: bool, int, uint, float, str)")
+    return dtype.newbyteorder("<") if dtype.byteorder != "|" else dtype
+
+
+def encode_arrays(arrays: Mapping[str, np.ndarray], chunk_bytes: int = DEFAULT_CHUNK_BYTES
+                  ) -> Iterator[pb.ArrayChunk]:
+    """Yield chunks of every array in ``arrays`` (an empty array still yields one chunk)."""
+    if chunk_bytes < 1:
+        raise ValueError("chunk_bytes must be positive")
+    for name, value in arrays.items():
+        arr = np.asarray(value)
+        dt = _wire_dtype(arr.dtype)
+        buf = np.ascontiguousarray(arr, dtype=dt).reshape(-1).view(np.uint8)
+        total = int(buf.size)
+        shape = list(arr.shape)
+        offset = 0
+        while True:
+            piece = buf[offset:offset + chunk_bytes]
+            yield pb.ArrayChunk(name=str(name), dtype=dt.str, shape=shape, total_bytes=total,
+                                offset=offset, data=piece.tobytes())
+            offset += len(piece)
+            if offset >= total:
+                break
+
+
+def chunk_groups(chunks: Iterable[pb.ArrayChunk], chunk_bytes: int = DEFAULT_CHUNK_BYTES
+                 ) -> Iterator[list[pb.ArrayChunk]]:
+    """Group chunks so that each group carries at most about ``chunk_bytes`` of payload."""
+    group: list[pb.ArrayChunk] = []
+    size = 0
+    for c in chunks:
+        if group and size + len(c.data) > chunk_bytes:
+            yield group
+            group, size = [], 0
+        group.append(c)
+        size += len(c.data)
+    yield group
+
+
+class ArrayAssembler:
+    """Rebuild named arrays from chunks, validating each one as it arrives."""
+
+    def __init__(self, max_total_bytes: int = DEFAULT_MAX_ARRAY_BYTES) -> None:
+        self.max_total_bytes = int(max_total_bytes)
+        self._bufs: dict[str, bytearray] = {}
+        self._meta: dict[str, tuple[np.dtype, tuple[int, ...], int]] = {}
+        self._total = 0
+
+    def add(self, chunk: pb.ArrayChunk) -> None:
+        name = chunk.name
+        if not name:
+            raise ProtocolError("array chunk without a name")
+        if name not in self._meta:
+            try:
+                dt = np.dtype(chunk.dtype)
+            except TypeError:
+                raise ProtocolError(f"array {name!r}: unknown dtype {chunk.dtype!r}") from None
+            if dt.kind not in _KINDS or (dt.itemsize > 1 and dt.byteorder == ">"):
+                raise ProtocolError(f"array {name!r}: dtype {chunk.dtype!r} not allowed")
+            if dt.itemsize == 0 and dt.kind == "U":
+                raise ProtocolError(f"array {name!r}: zero-width string dtype")
+            shape = tuple(int(s) for s in chunk.shape)
+            if any(s < 0 for s in shape):
+                raise ProtocolError(f"array {name!r}: negative dimension in shape {shape}")
+            expect = math.prod(shape) * dt.itemsize
+            if chunk.total_bytes != expect:
+                raise ProtocolError(f"array {name!r}: {chunk.total_bytes} bytes announced, shape {shape} "
+                                    f"of {dt} needs {expect}")
+            if self._total + expect > self.max_total_bytes:
+                raise ProtocolError(f"arrays exceed the limit of {self.max_total_bytes} bytes")
+            self._total += expect
+            self._meta[name] = (dt, shape, expect)
+            self._bufs[name] = bytearray()
+        dt, shape, expect = self._meta[name]
+        buf = self._bufs[name]
+        if chunk.dtype != dt.str or tuple(chunk.shape) != shape or chunk.total_bytes != expect:
+            raise ProtocolError(f"array {name!r}: chunks disagree on dtype, shape or size")
+        if chunk.offset != len(buf):
+            raise ProtocolError(f"array {name!r}: chunk at offset {chunk.offset}, expected {len(buf)} "
+                                "(duplicated, missing or out-of-order chunk)")
+        if len(buf) + len(chunk.data) > expect:
+            raise ProtocolError(f"array {name!r}: more bytes than announced")
+        buf += chunk.data
+
+    def add_all(self, chunks: Iterable[pb.ArrayChunk]) -> None:
+        for c in chunks:
+            self.add(c)
+
+    def finish(self) -> dict[str, np.ndarray]:
+        """The arrays; raises when one is incomplete."""
+        out = {}
+        for name, (dt, shape, expect) in self._meta.items():
+            buf = self._bufs[name]
+            if len(buf) != expect:
+                raise ProtocolError(f"array {name!r}: {len(buf)} of {expect} bytes received")
+            out[name] = np.frombuffer(bytes(buf), dtype=dt).reshape(shape).astype(dt.newbyteorder("="), copy=False)
+        return out
