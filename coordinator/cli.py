@@ -1,0 +1,293 @@
+"""Operator commands: ``dpfed coordinator serve``, ``status``, ``job submit|cancel|wait``,
+``model get`` and ``certs init|issue``.
+
+Commands that talk to a running coordinator take ``--coordinator HOST:PORT`` and an operator
+certificate ``--cert FILE`` (key: same path with ``.key``, CA: ``ca.crt`` beside it, or ``--key``/
+``--ca``); the environment variables ``DPFED_COORDINATOR``, ``DPFED_CERT``, ``DPFED_KEY`` and
+``DPFED_CA`` give defaults. ``--insecure`` talks plain text (loudly warned).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import grpc
+
+__all__ = ["add_commands", "format_status"]
+
+
+def _admin_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("connection")
+    g.add_argument("--coordinator", default=os.environ.get("DPFED_COORDINATOR", "127.0.0.1:50051"),
+                   metavar="HOST:PORT", help="coordinator address (env DPFED_COORDINATOR; default %(default)s)")
+    g.add_argument("--cert", default=os.environ.get("DPFED_CERT"),
+                   help="operator certificate (env DPFED_CERT), from 'dpfed certs issue operator --ca DIR'")
+    g.add_argument("--key", default=os.environ.get("DPFED_KEY"), help="its private key (default: CERT with .key)")
+    g.add_argument("--ca", default=os.environ.get("DPFED_CA"), help="CA certificate (default: ca.crt beside CERT)")
+    g.add_argument("--insecure", action="store_true", help="plain text without TLS (debugging only)")
+
+
+def _client(args: argparse.Namespace):
+    from coordinator.client import AdminClient
+
+    if not args.insecure and not args.cert:
+        raise SystemExit("dpfed: error: an operator certificate is required: --cert FILE (or DPFED_CERT), "
+                         "or --insecure")
+    return AdminClient(args.coordinator, cert=args.cert, key=args.key, ca=args.ca, insecure=args.insecure)
+
+
+def _rpc_error(exc: grpc.RpcError, what: str) -> int:
+    code = exc.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        msg = (f"cannot reach the coordinator ({exc.details()}); check the address, that it is running, and "
+               "that your certificate is signed by its CA")
+    else:
+        msg = f"{code.name}: {exc.details()}"
+    print(f"dpfed {what}: error: {msg}", file=sys.stderr)
+    return 1
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register coordinator, status, job, model and certs commands."""
+    from dpfed.algorithms import algorithm_names
+
+    co = sub.add_parser("coordinator", help="run the coordinator daemon")
+    cosub = co.add_subparsers(dest="coordinator_command", metavar="{serve}")
+    co.set_defaults(func=lambda a: (co.print_help(), 2)[1])
+    serve = cosub.add_parser("serve", help="serve parties and operators (runs until interrupted)")
+    serve.add_argument("--config", required=True, help="coordinator.toml (see coordinator/config.py)")
+    serve.add_argument("--insecure", action="store_true", help="override the config: plain text, no TLS")
+    serve.add_argument("--log-level", default="INFO")
+    serve.set_defaults(func=_cmd_serve)
+
+    st = sub.add_parser("status", help="parties, jobs and per-party privacy budget of a coordinator")
+    _admin_args(st)
+    st.add_argument("--json", action="store_true", help="print the status as one JSON object")
+    st.set_defaults(func=_cmd_status)
+
+    job = sub.add_parser("job", help="submit, wait for or cancel jobs")
+    jsub = job.add_subparsers(dest="job_command", metavar="{submit,wait,cancel}")
+    job.set_defaults(func=lambda a: (job.print_help(), 2)[1])
+    sb = jsub.add_parser("submit", help="queue a job on the coordinator", conflict_handler="resolve")
+    sb.add_argument("--algorithm", required=True, choices=algorithm_names())
+    sb.add_argument("--epsilon", type=float, required=True, help="per-party epsilon of the whole job")
+    sb.add_argument("--delta", type=float, default=None, help="per-party delta (default: the algorithm's)")
+    sb.add_argument("--parties", nargs="+", default=[], metavar="NAME",
+                    help="parties taking part (default: every connected party)")
+    sb.add_argument("--job-id", default=None, help="job id (default: a fresh one)")
+    sb.add_argument("--wait", action="store_true", help="wait for the job to end and print its record")
+    _admin_args(sb)
+    _algorithm_args(sb)
+    sb.set_defaults(func=_cmd_submit)
+    for name, fn, hlp in (("wait", _cmd_wait, "wait for a job to end"), ("cancel", _cmd_cancel, "cancel a job")):
+        p = jsub.add_parser(name, help=hlp)
+        p.add_argument("job_id", metavar="JOB")
+        _admin_args(p)
+        p.set_defaults(func=fn)
+
+    model = sub.add_parser("model", help="fetch trained models")
+    msub = model.add_subparsers(dest="model_command", metavar="{get}")
+    model.set_defaults(func=lambda a: (model.print_help(), 2)[1])
+    get = msub.add_parser("get", help="save a finished job's model as .npz")
+    get.add_argument("job_id", metavar="JOB")
+    get.add_argument("-o", "--output", required=True, help="output .npz file")
+    _admin_args(get)
+    get.set_defaults(func=_cmd_model_get)
+
+    ce = sub.add_parser("certs", help="a small certificate authority for mutual TLS")
+    csub = ce.add_subparsers(dest="certs_command", metavar="{init,issue}")
+    ce.set_defaults(func=lambda a: (ce.print_help(), 2)[1])
+    init = csub.add_parser("init", help="create a CA (ca.crt, ca.key) in DIR")
+    init.add_argument("dir", metavar="DIR")
+    init.add_argument("--force", action="store_true", help="overwrite an existing CA")
+    init.set_defaults(func=_cmd_certs_init)
+    iss = csub.add_parser("issue", help="issue NAME.crt/NAME.key signed by the CA")
+    iss.add_argument("name", metavar="NAME", help="party name, 'coordinator' or 'operator'")
+    iss.add_argument("--ca", required=True, metavar="DIR", help="the CA directory (from 'certs init')")
+    iss.add_argument("--out", default=None, metavar="DIR", help="where to write (default: the CA directory)")
+    iss.add_argument("--role", choices=("party", "coordinator", "operator"), default=None,
+                     help="default: coordinator/operator for those names, else party")
+    iss.add_argument("--san", action="append", default=[], metavar="HOST",
+                     help="extra DNS name or IP address (repeatable; localhost and 127.0.0.1 are always in)")
+    iss.set_defaults(func=_cmd_certs_issue)
+
+
+def _algorithm_args(p: argparse.ArgumentParser) -> None:
+    from dpfed.algorithms import algorithm_names, get_algorithm
+
+    seen = set()
+    for name in algorithm_names():
+        try:
+            algo = get_algorithm(name)
+        except ModuleNotFoundError as exc:
+            if not (exc.name or "").startswith("dpfed."):
+                raise
+            continue
+        if algo.add_arguments is not None and algo.add_arguments not in seen:
+            seen.add(algo.add_arguments)
+            algo.add_arguments(p.add_argument_group(f"{name} options"))
+
+
+# ---------------------------------------------------------------------- commands
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from coordinator.config import ConfigError, CoordinatorConfig
+    from coordinator.server import serve
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        cfg = CoordinatorConfig.load(args.config)
+        if args.insecure:
+            cfg = replace(cfg, insecure=True)
+        running = serve(cfg)
+    except (ConfigError, FileNotFoundError, OSError) as exc:
+        print(f"dpfed coordinator: error: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda s, f: stop.set())
+    print(f"dpfed coordinator listening on port {running.port} (state in {cfg.state_dir})", flush=True)
+    stop.wait()
+    running.stop()
+    return 0
+
+
+def _ago(now: float, t: float | None) -> str:
+    if t is None or not isinstance(t, (int, float)) or math.isnan(t):
+        return "never"
+    d = max(now - t, 0.0)
+    if d < 2:
+        return "now"
+    if d < 120:
+        return f"{d:.0f}s ago"
+    if d < 7200:
+        return f"{d / 60:.0f}m ago"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*header), fmt.format(*("-" * w for w in widths))] +
+                     [fmt.format(*map(str, r)) for r in rows])
+
+
+def _num(x: Any) -> str:
+    return "?" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.4g}"
+
+
+def format_status(status: dict[str, Any]) -> str:
+    """The status as readable tables (parties with budget, then jobs)."""
+    now = status.get("now", time.time())
+    prow = [[p["name"], "yes" if p["connected"] else "no", _ago(now, p.get("last_seen")),
+             f"{_num(p.get('epsilon_spent'))} / {_num(p.get('epsilon_limit'))}", _num(p.get("delta_limit"))]
+            for p in status["parties"]]
+    jrow = []
+    for j in status["jobs"]:
+        reason = j.get("reason", "")
+        jrow.append([j["job_id"], j["algorithm"], j["state"], f"{100 * j.get('progress', 0):.0f}%", j.get("rounds", 0),
+                     _num(j["params"].get("epsilon")), reason if len(reason) < 100 else reason[:97] + "..."])
+    out = ["Parties", _table(prow, ["party", "connected", "last seen", "epsilon spent / limit", "delta limit"])
+           if prow else "(none registered)", "", "Jobs",
+           _table(jrow, ["job", "algorithm", "state", "progress", "rounds", "epsilon", "reason"]) if jrow else "(none)"]
+    return "\n".join(out)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    try:
+        with _client(args) as c:
+            st = c.status()
+    except grpc.RpcError as exc:
+        return _rpc_error(exc, "status")
+    print(json.dumps(st, indent=1) if args.json else format_status(st))
+    return 0
+
+
+def _print_record(rec: dict[str, Any]) -> None:
+    print(json.dumps({k: rec.get(k) for k in ("job_id", "algorithm", "state", "progress", "rounds", "reason",
+                                              "refusals", "party_epsilon", "summary")}, indent=1))
+
+
+def _cmd_submit(args: argparse.Namespace) -> int:
+    from dpfed.algorithms import get_algorithm
+
+    algo = get_algorithm(args.algorithm)
+    params: dict[str, Any] = {"epsilon": args.epsilon,
+                              "delta": algo.default_delta if args.delta is None else args.delta}
+    if algo.params_from_args is not None:
+        params.update(algo.params_from_args(args))
+    try:
+        with _client(args) as c:
+            job_id = c.submit_job(args.algorithm, params, parties=args.parties, job_id=args.job_id)
+            print(job_id, flush=True)
+            if args.wait:
+                rec = c.wait(job_id, raise_on_failure=False)
+                _print_record(rec)
+                return 0 if rec.get("state") == "done" else 1
+    except grpc.RpcError as exc:
+        return _rpc_error(exc, "job submit")
+    return 0
+
+
+def _cmd_wait(args: argparse.Namespace) -> int:
+    try:
+        with _client(args) as c:
+            rec = c.wait(args.job_id, raise_on_failure=False)
+    except grpc.RpcError as exc:
+        return _rpc_error(exc, "job wait")
+    _print_record(rec)
+    return 0 if rec.get("state") == "done" else 1
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    try:
+        with _client(args) as c:
+            rec = c.cancel(args.job_id)
+    except grpc.RpcError as exc:
+        return _rpc_error(exc, "job cancel")
+    _print_record(rec)
+    return 0
+
+
+def _cmd_model_get(args: argparse.Namespace) -> int:
+    try:
+        with _client(args) as c:
+            path = c.save_model(args.job_id, args.output)
+    except grpc.RpcError as exc:
+        return _rpc_error(exc, "model get")
+    print(path)
+    return 0
+
+
+def _cmd_certs_init(args: argparse.Namespace) -> int:
+    from coordinator.certs import init_ca
+
+    try:
+        path = init_ca(args.dir, overwrite=args.force)
+    except FileExistsError as exc:
+        print(f"dpfed certs init: error: {exc} (use --force to replace it)", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+def _cmd_certs_issue(args: argparse.Namespace) -> int:
+    from coordinator.certs import issue
+
+    try:
+        crt, key = issue(args.name, args.ca, args.out, role=args.role, sans=args.san)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"dpfed certs issue: error: {exc}", file=sys.stderr)
+        return 1
+    print(crt)
+    print(key)
+    return 0
