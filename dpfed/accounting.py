@@ -81,6 +81,8 @@ def _composed(event: DpEvent, accountant: str, neighbouring: str,
     if not isinstance(event, DpEvent):
         raise TypeError(f"expected a dp_accounting DpEvent, got {type(event).__name__}")
     acc = make_accountant(accountant, neighbouring, pld_discretization=pld_discretization)
+    if accountant == "pld":
+        event = _expand_rr_counts(event)
     try:
         acc.compose(event)
     except privacy_accountant.UnsupportedEventError as exc:
@@ -88,6 +90,24 @@ def _composed(event: DpEvent, accountant: str, neighbouring: str,
             f"the {accountant} accountant cannot account for this event under the "
             f"{neighbouring!r} relation: {exc}") from None
     return acc
+
+
+_RR_PREFIX = '{"class_name":"RandomizedResponseDpEvent"'
+
+
+def _expand_rr_counts(event: DpEvent) -> DpEvent:
+    """Work around dp-accounting 0.6.0's PLDAccountant, which ignores the repetition count of a
+    ``RandomizedResponseDpEvent`` (``SelfComposedDpEvent(rr, 2)`` is accounted as one ``rr``):
+    repeated RR events are spelled out one by one (composed first, while the PLD is small)."""
+    flat = flatten([event])
+    repeated = {k: n for k, n in flat.items() if k.startswith(_RR_PREFIX) and n > 1}
+    if not repeated:
+        return event
+    parts: list[DpEvent] = []
+    for key in sorted(repeated):
+        parts.extend([event_from_json(key)] * repeated[key])
+    rest = from_counts(Counter({k: n for k, n in flat.items() if k not in repeated}))
+    return dp_accounting.ComposedDpEvent(parts + [rest])
 
 
 def _check_probability(name: str, value: float, *, allow_zero: bool = False) -> None:

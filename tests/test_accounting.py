@@ -254,3 +254,11 @@ def test_event_json_refuses_foreign_classes():
         A.event_from_json("[1, 2]")
     with pytest.raises(TypeError):
         A.event_to_json({"noise_multiplier": 1.0})
+
+
+def test_repeated_randomized_response_is_counted_under_pld():
+    """dp-accounting 0.6.0's PLDAccountant drops the count of a self-composed RR event; we don't."""
+    rr = E.RandomizedResponseDpEvent(noise_parameter=0.5, num_buckets=2)  # log(3)-DP each
+    for ev in (dpa.SelfComposedDpEvent(rr, 3), A.compose([rr, rr, rr]),
+               dpa.ComposedDpEvent([dpa.SelfComposedDpEvent(rr, 2), rr])):
+        assert A.epsilon(ev, 1e-5, neighbouring="replace_one") == pytest.approx(3 * math.log(3), rel=1e-3)
