@@ -1,0 +1,126 @@
+"""Shared set-up for the networking tests: a real CA, a coordinator on a free loopback port,
+party daemons (threads or processes) and raw gRPC stubs for protocol-level attacks."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+from coordinator import certs
+from coordinator.client import AdminClient
+from coordinator.config import CoordinatorConfig
+from coordinator.server import RunningServer, serve
+from dpfed.schema import Schema
+from party.config import PartyConfig, write_config
+from party.daemon import PartyDaemon
+from protos import dpfed_pb2 as pb
+from protos import dpfed_pb2_grpc as pbg
+from protos.codec import PROTOCOL_VERSION, channel_options
+from protos.security import TlsFiles, channel_credentials
+
+TESTS = Path(__file__).resolve().parent
+PLUGINS = ("net_noisy_mean",)
+SCHEMA = Schema.numeric_box(3, 0.0, 1.0)
+
+
+@dataclass
+class Pki:
+    root: Path
+
+    def files(self, name: str, evil: bool = False) -> TlsFiles:
+        d = self.root / ("evil" if evil else "certs")
+        return TlsFiles(d / "ca.crt", d / f"{name}.crt", d / f"{name}.key")
+
+
+def make_pki(root: Path, parties: int = 3) -> Pki:
+    certs.init_ca(root / "ca")
+    for n in ["coordinator", "operator", *[f"party-{i}" for i in range(parties)]]:
+        certs.issue(n, root / "ca", root / "certs")
+    certs.init_ca(root / "evil-ca")  # another CA: its certificates must be refused
+    for n in ("party-0", "operator"):
+        certs.issue(n, root / "evil-ca", root / "evil")
+    return Pki(root)
+
+
+def start_coordinator(pki: Pki, state: Path, **kw) -> RunningServer:
+    cfg = CoordinatorConfig(listen="127.0.0.1:0", state_dir=state, tls=pki.files("coordinator"),
+                            plugins=PLUGINS, **kw)
+    return serve(cfg)
+
+
+def party_data(n: int = 200, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(size=(n, 3))
+
+
+def party_config(pki: Pki, root: Path, name: str, port: int, *, epsilon_limit: float = 10.0,
+                 data: np.ndarray | None = None, seed: int | None = 0, write_toml: bool = False) -> PartyConfig | Path:
+    pdir = root / name
+    pdir.mkdir(parents=True, exist_ok=True)
+    np.savez(pdir / "data.npz", X=party_data(seed=sum(map(ord, name))) if data is None else data)
+    (pdir / "schema.json").write_text(SCHEMA.to_json())
+    f = pki.files(name)
+    values = {"name": name, "coordinator": f"127.0.0.1:{port}", "data": str(pdir / "data.npz"),
+              "ledger": str(pdir / "ledger.sqlite"), "epsilon_limit": epsilon_limit, "delta_limit": 1e-6,
+              "reconnect_seconds": 0.2, "plugins": list(PLUGINS), "schema_file": str(pdir / "schema.json"),
+              "exit_with_parent": True, "tls": {"ca": str(f.ca), "cert": str(f.cert), "key": str(f.key)}}
+    if seed is not None:
+        values["seed"] = seed
+    write_config(pdir / "party.toml", values)
+    return pdir / "party.toml" if write_toml else PartyConfig.load(pdir / "party.toml")
+
+
+class ThreadParty:
+    """A real PartyDaemon running in a thread of the test process."""
+
+    def __init__(self, config: PartyConfig) -> None:
+        self.daemon = PartyDaemon.from_config(config)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.daemon.run()
+        except BaseException as exc:  # noqa: BLE001 -- reported to the test
+            self.error = exc
+
+    def stop(self) -> None:
+        self.daemon.stop()
+        self.thread.join(timeout=10)
+        self.daemon.close()
+
+
+def spawn_party(toml: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), *[p for p in sys.path if p]]))
+    return subprocess.Popen([sys.executable, "-m", "party.daemon", "--config", str(toml), "--log-level", "WARNING"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def admin(pki: Pki, port: int, name: str = "operator", evil: bool = False) -> AdminClient:
+    return AdminClient(f"127.0.0.1:{port}", tls=pki.files(name, evil), timeout=20)
+
+
+def raw_stub(pki: Pki, port: int, name: str, evil: bool = False, max_bytes: int | None = None):
+    opts = channel_options(max_bytes) if max_bytes else channel_options()
+    ch = grpc.secure_channel(f"127.0.0.1:{port}", channel_credentials(pki.files(name, evil)), options=opts)
+    return ch, pbg.PartyStub(ch)
+
+
+def register(stub, name: str) -> str:
+    return stub.Register(pb.RegisterRequest(version=PROTOCOL_VERSION, party=name, schema_json=SCHEMA.to_json(),
+                                            epsilon_limit=10.0, delta_limit=1e-6), timeout=10).session
+
+
+def wait_until(pred, timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)

@@ -1,0 +1,135 @@
+"""Protocol checks over real sockets: malformed and oversized messages, wrong versions, unknown
+job/round/task ids, replayed and duplicated results. One real party daemon and one hand-driven
+party (a raw stub answering with the real algorithm) take part in the same job."""
+from __future__ import annotations
+
+import json
+
+import grpc
+import numpy as np
+import pytest
+
+from dpfed.accounting import event_to_json
+from dpfed.federated import JobSpec, Task
+from dpfed.rng import SecureRNG
+from net_helpers import (SCHEMA, ThreadParty, admin, make_pki, party_config, party_data, raw_stub, register,
+                         start_coordinator, wait_until)
+from net_noisy_mean import NoisyMeanParty
+from protos import dpfed_pb2 as pb
+from protos.codec import PROTOCOL_VERSION, ArrayAssembler, encode_arrays
+
+
+@pytest.fixture()
+def net(tmp_path):
+    pki = make_pki(tmp_path, parties=2)
+    server = start_coordinator(pki, tmp_path / "state")
+    party0 = ThreadParty(party_config(pki, tmp_path, "party-0", server.port))
+    yield pki, server, tmp_path
+    party0.stop()
+    server.stop(0.5)
+
+
+def _err(fn) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        fn()
+    return info.value
+
+
+def test_malformed_bytes_and_wrong_version_keep_the_server_up(net):
+    pki, server, _ = net
+    ch, stub = raw_stub(pki, server.port, "party-1")
+    with ch:
+        raw = ch.unary_unary("/dpfed.v1.Party/Register")  # no serializer: send raw bytes
+        err = _err(lambda: raw(b"\xff\xff\xff\x0f garbage", timeout=10))
+        assert err.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT)
+        req = pb.RegisterRequest(version=99, party="party-1", schema_json=SCHEMA.to_json(), epsilon_limit=1,
+                                 delta_limit=1e-6)
+        err = _err(lambda: stub.Register(req, timeout=10))
+        assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "version 99" in err.details()
+        req.version, req.schema_json = PROTOCOL_VERSION, "{not json"
+        assert _err(lambda: stub.Register(req, timeout=10)).code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert register(stub, "party-1")
+
+
+def test_oversized_message_is_refused(net):
+    pki, server, _ = net
+    ch, stub = raw_stub(pki, server.port, "party-1", max_bytes=64 * 1024 * 1024)
+    with ch:
+        big = pb.RegisterRequest(version=PROTOCOL_VERSION, party="party-1", schema_json="x" * (5 * 1024 * 1024))
+        assert _err(lambda: stub.Register(big, timeout=20)).code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert register(stub, "party-1")
+
+
+def _ids(token, job, rnd, task):
+    return dict(version=PROTOCOL_VERSION, session=token, job_id=job, round=rnd, task_id=task)
+
+
+def _answer_parts(token, msg, spec, half, rng, X, **override):
+    asm = ArrayAssembler()
+    asm.add_all(msg.chunks)
+    task = Task(msg.job_id, msg.round, msg.task.kind, json.loads(msg.task.params_json), asm.finish())
+    half.check_task(spec, task)
+    ids = _ids(token, msg.job_id, msg.round, msg.task_id)
+    ids.update(override)
+    return [pb.ResultPart(**ids, chunks=list(encode_arrays(half.answer(spec, task, X, None, rng))), last=True)]
+
+
+def test_ids_replays_and_duplicates(net):
+    pki, server, _ = net
+    ch, stub = raw_stub(pki, server.port, "party-1")
+    with ch, admin(pki, server.port) as adm:
+        token = register(stub, "party-1")
+        stream = stub.TaskStream(pb.StreamRequest(version=PROTOCOL_VERSION, session=token))
+        assert server.coordinator.wait_for_parties(["party-0", "party-1"], 20)
+        job = adm.submit_job("noisy-mean", {"rounds": 3}, epsilon=1.0, delta=0.0, job_id="job-ids")
+        msgs = (m for m in stream if m.WhichOneof("body") != "heartbeat")
+        offer = next(msgs)
+        assert offer.WhichOneof("body") == "offer" and offer.job_id == job
+        spec = JobSpec.from_json(offer.offer.spec_json)
+        half, rng, X = NoisyMeanParty(), SecureRNG.from_seed(1), party_data(seed=1)
+        event = half.job_event(spec)
+        accept = pb.JobResponse(**_ids(token, job, -1, ""), accept=True, event_json=event_to_json(event),
+                                epsilon_job=1.0)
+        bad = pb.JobResponse(**_ids(token, "job-nope", -1, ""), accept=True, event_json=event_to_json(event))
+        assert _err(lambda: stub.RespondJob(bad, timeout=10)).code() == grpc.StatusCode.NOT_FOUND
+        malformed = pb.JobResponse(**_ids(token, job, -1, ""), accept=True, event_json='{"class_name": "os"}')
+        assert _err(lambda: stub.RespondJob(malformed, timeout=10)).code() == grpc.StatusCode.INVALID_ARGUMENT
+        stub.RespondJob(accept, timeout=10)
+        assert _err(lambda: stub.RespondJob(accept, timeout=10)).code() == grpc.StatusCode.ALREADY_EXISTS
+
+        task0 = next(msgs)
+        assert task0.WhichOneof("body") == "task" and task0.round == 0 and task0.last
+        good = _answer_parts(token, task0, spec, half, rng, X)
+        for override, code in [(dict(job_id="job-nope"), grpc.StatusCode.NOT_FOUND),
+                               (dict(task_id="f" * 32), grpc.StatusCode.NOT_FOUND),
+                               (dict(round=1), grpc.StatusCode.FAILED_PRECONDITION),
+                               (dict(version=2), grpc.StatusCode.FAILED_PRECONDITION)]:
+            parts = _answer_parts(token, task0, spec, half, rng, X, **override)
+            assert _err(lambda: stub.SubmitResult(iter(parts), timeout=10)).code() == code, override
+        # malformed chunks (wrong size) and a stream that never sends its last part
+        broken = pb.ResultPart(**_ids(token, job, 0, task0.task_id), last=True,
+                               chunks=[pb.ArrayChunk(name="sum", dtype="<f8", shape=[4], total_bytes=32, data=b"1")])
+        err = _err(lambda: stub.SubmitResult(iter([broken]), timeout=10))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "malformed result" in err.details()
+        unfinished = pb.ResultPart(**_ids(token, job, 0, task0.task_id), last=False)
+        assert _err(lambda: stub.SubmitResult(iter([unfinished]), timeout=10)).code() == \
+            grpc.StatusCode.INVALID_ARGUMENT
+        stub.SubmitResult(iter(good), timeout=10)                       # accepted once
+        err = _err(lambda: stub.SubmitResult(iter(good), timeout=10))   # replayed in the same round
+        assert err.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION)
+
+        task1 = next(msgs)
+        assert task1.round == 1
+        err = _err(lambda: stub.SubmitResult(iter(good), timeout=10))   # replayed in a later round
+        assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "replayed or out-of-order" in err.details()
+        stub.SubmitResult(iter(_answer_parts(token, task1, spec, half, rng, X)), timeout=10)
+        task2 = next(msgs)
+        stub.SubmitResult(iter(_answer_parts(token, task2, spec, half, rng, X)), timeout=10)
+        record = adm.wait(job, timeout=30)
+        assert record["state"] == "done" and record["rounds"] == 3
+        assert next(msgs).WhichOneof("body") == "job_end"
+        model, _ = adm.get_model(job)
+        assert np.all(np.abs(model["mean"] - 0.5) < 0.3)
+        # the hand-driven party's accepted plan is in the global budget exactly once
+        assert server.coordinator.store.spent("party-1") == pytest.approx(1.0, rel=1e-3)
+        stream.cancel()
