@@ -46,6 +46,17 @@ __all__ = ["PartyDaemon", "main"]
 log = logging.getLogger("dpfed.party")
 
 
+_FATAL = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION)
+
+
+class _Refused(Exception):
+    """The coordinator refused the registration itself."""
+
+    def __init__(self, error: grpc.RpcError) -> None:
+        super().__init__(error.details())
+        self.error = error
+
+
 @dataclass
 class _Job:
     spec: JobSpec
@@ -96,14 +107,13 @@ class PartyDaemon:
         while not self._stop.is_set():
             try:
                 self._serve_once()
+            except _Refused as exc:
+                log.error("coordinator refused party %s: %s", self.config.name, exc.error.details())
+                raise exc.error from None
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
                 if self._stop.is_set():
                     break
-                if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED,
-                            grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
-                    log.error("coordinator refused party %s: %s", self.config.name, exc.details())
-                    raise
                 log.warning("connection to %s lost (%s); retrying in %.1f s", self.config.coordinator,
                             code.name if code else exc, self.config.reconnect_seconds)
             finally:
@@ -117,10 +127,15 @@ class PartyDaemon:
         cfg = self.config
         self._channel = ch = self._open_channel()
         stub = pbg.PartyStub(ch)
-        reg = stub.Register(pb.RegisterRequest(
-            version=PROTOCOL_VERSION, party=cfg.name, schema_json=cfg.schema.to_json(),
-            epsilon_limit=cfg.epsilon_limit, delta_limit=cfg.delta_limit, epsilon_spent=self.ledger.spent(),
-            algorithms=algorithm_names()), timeout=30)
+        try:
+            reg = stub.Register(pb.RegisterRequest(
+                version=PROTOCOL_VERSION, party=cfg.name, schema_json=cfg.schema.to_json(),
+                epsilon_limit=cfg.epsilon_limit, delta_limit=cfg.delta_limit, epsilon_spent=self.ledger.spent(),
+                algorithms=algorithm_names()), timeout=30)
+        except grpc.RpcError as exc:
+            if exc.code() in _FATAL:  # wrong name, role, schema or version: retrying cannot help
+                raise _Refused(exc) from None
+            raise
         session = reg.session
         self._call = call = stub.TaskStream(pb.StreamRequest(version=PROTOCOL_VERSION, session=session))
         self.connected.set()
@@ -135,26 +150,36 @@ class PartyDaemon:
                 continue
             if which == "heartbeat":
                 continue
-            if which == "offer":
-                self._on_offer(stub, session, msg)
-            elif which == "job_end":
-                self._jobs.pop(msg.job_id, None)
-                log.info("job %s ended: %s", msg.job_id, msg.job_end)
-            else:  # a task part: the first carries the header, the last has last=True
-                if which == "task":
-                    parts[msg.task_id] = (msg, ArrayAssembler())
-                head = parts.get(msg.task_id)
-                if head is None:
-                    log.error("task part for unknown task %s ignored", msg.task_id)
-                    continue
-                error = ""
-                try:
-                    head[1].add_all(msg.chunks)
-                except ProtocolError as exc:
-                    error = f"malformed task: {exc}"
-                if msg.last or error:
-                    del parts[msg.task_id]
-                    self._on_task(stub, session, head[0], head[1], error)
+            try:
+                self._dispatch(stub, session, msg, which, parts)
+            except grpc.RpcError as exc:
+                if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED):
+                    raise  # reconnect (and register again)
+                # the coordinator rejected one reply (e.g. the job failed meanwhile): the stream goes on
+                log.warning("coordinator rejected a reply: %s %s", exc.code().name, exc.details())
+
+    def _dispatch(self, stub: pbg.PartyStub, session: str, msg: pb.CoordinatorMessage, which: str,
+                  parts: dict) -> None:
+        if which == "offer":
+            self._on_offer(stub, session, msg)
+        elif which == "job_end":
+            self._jobs.pop(msg.job_id, None)
+            log.info("job %s ended: %s", msg.job_id, msg.job_end)
+        else:  # a task part: the first carries the header, the last has last=True
+            if which == "task":
+                parts[msg.task_id] = (msg, ArrayAssembler())
+            head = parts.get(msg.task_id)
+            if head is None:
+                log.error("task part for unknown task %s ignored", msg.task_id)
+                return
+            error = ""
+            try:
+                head[1].add_all(msg.chunks)
+            except ProtocolError as exc:
+                error = f"malformed task: {exc}"
+            if msg.last or error:
+                del parts[msg.task_id]
+                self._on_task(stub, session, head[0], head[1], error)
 
     # ------------------------------------------------------------------ decisions
     def _decide(self, spec_json: str) -> tuple[pb.JobResponse, _Job | None]:
