@@ -186,11 +186,10 @@ class BudgetLedger:
                         c.execute("COMMIT")
                         return self._epsilon(self._counts)
                 self._refresh(c)
-                before = self._epsilon(self._counts)
                 after = self._epsilon(self._counts + new)
                 if not after <= self.epsilon_limit:
-                    raise BudgetExceededError((self.epsilon_limit, self.delta_limit), before,
-                                              after, job)
+                    raise BudgetExceededError((self.epsilon_limit, self.delta_limit),
+                                              self._epsilon(self._counts), after, job)
                 cur = c.execute(
                     "INSERT INTO charges (charge_id, job, event, epsilon_after, epsilon_limit,"
                     " delta_limit, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -262,3 +262,17 @@ def test_repeated_randomized_response_is_counted_under_pld():
     for ev in (dpa.SelfComposedDpEvent(rr, 3), A.compose([rr, rr, rr]),
                dpa.ComposedDpEvent([dpa.SelfComposedDpEvent(rr, 2), rr])):
         assert A.epsilon(ev, 1e-5, neighbouring="replace_one") == pytest.approx(3 * math.log(3), rel=1e-3)
+
+
+def test_epsilon_delta_event_is_the_claimed_pair():
+    """EpsilonDeltaDpEvent (added for sample-and-aggregate): composed as the worst
+    (eps, delta)-DP pair (Kairouz-Oh-Viswanath), so at its own delta it costs its epsilon."""
+    ev = A.EpsilonDeltaDpEvent(0.7, 4e-7)
+    assert A.event_from_json(A.event_to_json(ev)) == ev
+    assert A.epsilon(ev, 4e-7) == pytest.approx(0.7, rel=1e-3)
+    k2 = A.compose([ev, ev])
+    assert A.flatten([k2]) == {A.event_to_json(ev): 2}
+    eps2 = A.epsilon(k2, 1e-6)
+    assert eps2 <= A.sequential_basic([(0.7, 4e-7)] * 2)[0] + 1e-3
+    with pytest.raises(A.AccountingError):
+        A.epsilon(ev, 1e-6, accountant="rdp")

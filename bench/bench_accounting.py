@@ -1,0 +1,174 @@
+"""Accounting benchmark: ``python bench/bench_accounting.py``.
+
+Prints a markdown table (and writes ``bench/results/accounting.md``) of
+1. wall time of ``dpfed privacy epsilon`` / ``privacy noise`` for T = 5000 steps (pld, rdp),
+   in-process (the accounting itself) and as a fresh console-script process (with imports);
+2. calibration overshoot vs target: our bracketed Brent search against an epsilon-tolerance
+   bisection with Opacus' stopping rule (stop when target - eps < 0.01), both measured against
+   the smallest sigma found with rtol = 1e-7;
+3. ledger charge throughput (durable SQLite file, charges/s), one process and four processes.
+   Each charge re-accounts the owner's whole history (one PLD of Gaussian(50/sqrt(n)) here),
+   so the cost per charge grows slowly with n; the figure is the mean over n = 1..N.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import multiprocessing
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import dp_accounting as dpa
+
+from dpfed import accounting as A
+from dpfed.cli import main as cli_main
+from dpfed.ledger import BudgetLedger
+
+Q, T, DELTA, SIGMA, TARGET = 0.01, 5000, 1e-5, 1.5, 2.17
+
+
+def _clear() -> None:
+    A._epsilon_cached.cache_clear()
+
+
+def _time_inprocess(argv: list[str], repeat: int = 3) -> float:
+    times = []
+    devnull = open(os.devnull, "w")
+    for _ in range(repeat):
+        _clear()
+        old, sys.stdout = sys.stdout, devnull
+        try:
+            t0 = time.perf_counter()
+            cli_main(argv)
+            times.append(time.perf_counter() - t0)
+        finally:
+            sys.stdout = old
+    devnull.close()
+    return statistics.median(times)
+
+
+def _time_subprocess(argv: list[str]) -> float:
+    exe = shutil.which("dpfed") or sys.exit("the dpfed console script is not installed")
+    t0 = time.perf_counter()
+    subprocess.run([exe, *argv], check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def cli_rows() -> list[str]:
+    rows = ["| command (q=0.01, T=5000, delta=1e-5) | accountant | in-process (s) | fresh process (s) |",
+            "|---|---|---|---|"]
+    for acc in ("pld", "rdp"):
+        eps_argv = ["privacy", "epsilon", "--noise-multiplier", str(SIGMA), "--sampling-rate", str(Q),
+                    "--steps", str(T), "--delta", str(DELTA), "--accountant", acc]
+        noise_argv = ["privacy", "noise", "--epsilon", str(TARGET), "--sampling-rate", str(Q),
+                      "--steps", str(T), "--delta", str(DELTA), "--accountant", acc]
+        for name, argv in (("privacy epsilon --noise-multiplier 1.5", eps_argv),
+                           ("privacy noise --epsilon 2.17", noise_argv)):
+            rows.append(f"| `{name}` | {acc} | {_time_inprocess(argv):.2f} | {_time_subprocess(argv):.2f} |")
+    return rows
+
+
+def _opacus_rule(target: float, q: float, steps: int, accountant: str, tol: float = 0.01) -> tuple[float, int]:
+    """Bisection on sigma that stops once target - eps(sigma_high) < tol (Opacus' criterion)."""
+    n = 0
+
+    def eps(s: float) -> float:
+        nonlocal n
+        n += 1
+        return A.dp_sgd_epsilon(s, q, steps, DELTA, accountant=accountant)
+
+    low, high = 0.0, 10.0
+    e_high = eps(high)
+    while e_high > target:
+        low, high = high, 2 * high
+        e_high = eps(high)
+    while target - e_high > tol:
+        mid = (low + high) / 2
+        e_mid = eps(mid)
+        if e_mid < target:
+            high, e_high = mid, e_mid
+        else:
+            low = mid
+    return high, n
+
+
+def calibration_rows() -> list[str]:
+    rows = ["| target eps (q, T) | accountant | ours: sigma over min | ours: eps(sigma) | ours (s) "
+            "| Opacus rule: sigma over min | Opacus rule (s) |",
+            "|---|---|---|---|---|---|---|"]
+    for target, q, steps in ((1.0, 0.01, 5000), (TARGET, Q, T), (8.0, 0.01, 5000)):
+        for acc in ("pld", "rdp"):
+            _clear()
+            t0 = time.perf_counter()
+            ours = A.calibrate_noise_multiplier(target, DELTA, q, steps, accountant=acc)
+            t_ours = time.perf_counter() - t0
+            eps_ours = A.dp_sgd_epsilon(ours, q, steps, DELTA, accountant=acc)
+            t0 = time.perf_counter()
+            op, _ = _opacus_rule(target, q, steps, acc)
+            t_op = time.perf_counter() - t0
+            best = A.calibrate_noise_multiplier(target, DELTA, q, steps, accountant=acc, rtol=1e-7)
+            rows.append(f"| {target:g} ({q:g}, {steps}) | {acc} | {100 * (ours / best - 1):+.4f} % | "
+                        f"{eps_ours:.6f} | {t_ours:.2f} | {100 * (op / best - 1):+.3f} % | {t_op:.2f} |")
+    return rows
+
+
+def _charge_many(path: str, job: str, n: int, event_sigma: float) -> None:
+    _clear()  # a forked child must not reuse the parent's cached epsilons
+    led = BudgetLedger(path, epsilon_limit=1e6, delta_limit=DELTA)
+    ev = dpa.GaussianDpEvent(event_sigma)
+    for _ in range(n):
+        led.charge(job, ev)
+    led.close()
+
+
+def ledger_rows(n: int = 120) -> list[str]:
+    rows = ["| ledger (durable SQLite, WAL, synchronous=FULL) | charges | wall (s) | charges/s |",
+            "|---|---|---|---|"]
+    ctx = multiprocessing.get_context("fork")
+    with tempfile.TemporaryDirectory() as tmp:
+        for procs in (1, 4):
+            path = str(Path(tmp) / f"ledger{procs}.db")
+            BudgetLedger(path, epsilon_limit=1e6, delta_limit=DELTA).close()
+            t0 = time.perf_counter()
+            if procs == 1:
+                _charge_many(path, "j", n, 50.0)
+            else:
+                ps = [ctx.Process(target=_charge_many, args=(path, f"j{i}", n // procs, 50.0))
+                      for i in range(procs)]
+                for p in ps:
+                    p.start()
+                for p in ps:
+                    p.join()
+                    if p.exitcode != 0:
+                        raise RuntimeError("a charging process failed")
+            wall = time.perf_counter() - t0
+            with BudgetLedger(path, epsilon_limit=1e6, delta_limit=DELTA) as led:
+                done = led.report()["total"]["charges"]
+            rows.append(f"| {procs} process{'es' if procs > 1 else ''}, {n} x Gaussian(50) charges, PLD "
+                        f"| {done} | {wall:.2f} | {done / wall:.0f} |")
+    return rows
+
+
+def main() -> None:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    header = [f"# Accounting benchmark", "",
+              f"`python bench/bench_accounting.py` on {platform.machine()}, {os.cpu_count()} cores, "
+              f"Python {platform.python_version()}, dp-accounting {importlib.metadata.version('dp-accounting')}, "
+              f"PLD grid {A.PLD_VALUE_DISCRETIZATION:g}; load average at start {load:.2f} "
+              "(shared machine: other jobs were running).", ""]
+    sections = [cli_rows(), calibration_rows(), ledger_rows()]
+    text = "\n".join(header + [line for s in sections for line in s + [""]])
+    print(text)
+    out = Path(__file__).resolve().parent / "results" / "accounting.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
