@@ -1,0 +1,289 @@
+"""Table 1 of Brinkrolf, Berger & Hammer (ESANN 2018) with DP-GLVQ / DP-GMLVQ across parties.
+
+Protocol (the paper's): 5-fold cross-validation over the whole data set; MNIST trains on one fold
+and tests on the other four, the others the reverse; delta 1e-5, q 0.01, E 50, epsilon_1 = 0.2
+epsilon, epsilon in {0.75, 1.5, 2.5}. Settings: (a) 1 party, (b) 5 parties with local noise,
+(c) 5 parties with distributed noise (simulation only), plus the non-private SGD baseline (same
+code, no clipping, no noise). Learning rate / clip are tuned on a validation split (80/20) of the
+*training* part of fold 1 only (setting (a), epsilon 1.5), never on test folds.
+
+    python bench/bench_lvq.py table --datasets segmentation --models glvq gmlvq   # runs + table
+    python bench/bench_lvq.py speed                                                # speed table
+    python bench/bench_lvq.py report                                               # table + plot only
+
+Every finished run is appended to bench/results/lvq_runs.jsonl (so partial runs still report).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import uuid
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # measure per core; the machine is shared
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from dpfed.datasets import kfold_indices, load_dataset, split_parties  # noqa: E402
+from dpfed.federated import JobSpec  # noqa: E402
+from dpfed.lvq import DEFAULTS, evaluate, prepare_params, run_local  # noqa: E402
+from dpfed.rng import ReproducibleSeedWarning, SecureRNG  # noqa: E402
+from dpfed.simulation import run_inprocess  # noqa: E402
+
+warnings.simplefilter("ignore", ReproducibleSeedWarning)
+RESULTS = Path(__file__).resolve().parent / "results"
+RUNS = RESULTS / "lvq_runs.jsonl"
+EPSILONS = (0.75, 1.5, 2.5)
+SETTINGS = {"a": (1, "local"), "b": (5, "local"), "c": (5, "distributed")}
+PAPER = {  # test errors, Table 1 of the paper: (GLVQ, GMLVQ) per epsilon, and non-private SGD
+    "segmentation": {0.75: (0.479, 0.264), 1.5: (0.179, 0.175), 2.5: (0.164, 0.170), "np": (0.146, 0.093)},
+    "mnist": {0.75: (0.189, 0.219), 1.5: (0.187, 0.172), 2.5: (0.187, 0.167), "np": (0.186, 0.158)},
+}
+# Hyperparameters chosen by `tune` (validation split of fold 1's training part) are kept here.
+TUNING = RESULTS / "lvq_tuning.json"
+GRIDS = {
+    "glvq": [{"lr": lr, "clip": c} for lr in (0.05, 0.2, 0.8) for c in (0.5, 0.1)],
+    "gmlvq": [{"lr": lr, "clip": c} for lr in (0.02, 0.05, 0.2) for c in (0.5, 0.1)],
+}
+
+
+def folds(dataset: str, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) indices; MNIST reverses the folds (train on one, test on four)."""
+    fs = kfold_indices(n, 5, seed=0)
+    return [(te, tr) for tr, te in fs] if dataset == "mnist" else fs
+
+
+def run_one(ds, Xtr, ytr, Xte, yte, model: str, eps: float | None, parties: int, noise: str,
+            hp: dict, seed: int) -> dict:
+    """One training run; returns test error, sigma and wall time."""
+    params = {**DEFAULTS, **hp, "epsilon": eps if eps is not None else 1.0, "delta": 1e-5,
+              "parties": parties, "noise": noise, "private": eps is not None}
+    t0 = time.perf_counter()
+    if eps is None:
+        spec = JobSpec(f"np-{uuid.uuid4().hex[:8]}", model, params, ds.schema)
+        coord = run_local(spec, Xtr, ytr, SecureRNG.from_seed(seed))
+        modelarr, summary, spent = coord.model(), coord.summary(), float("inf")
+    else:
+        params = prepare_params(params)
+        spec = JobSpec(f"b-{uuid.uuid4().hex[:8]}", model, params, ds.schema)
+        data = split_parties(Xtr, ytr, parties, "iid", np.random.default_rng(seed))
+        res = run_inprocess(spec, data, seed=seed)
+        modelarr, summary, spent = res.model, res.summary, res.epsilon_spent
+    wall = time.perf_counter() - t0
+    err = evaluate(modelarr, Xte, yte, ds.schema)["test_error"]
+    return {"test_error": err, "noise_multiplier": summary.get("noise_multiplier", 0.0),
+            "epsilon_spent": spent, "wall_seconds": wall}
+
+
+def load_tuning() -> dict:
+    return json.loads(TUNING.read_text()) if TUNING.exists() else {}
+
+
+def tune(dataset: str, model: str, base: dict) -> dict:
+    """Grid search on a validation split (80/20) of fold 1's training part, setting (a), epsilon 1.5."""
+    ds = load_dataset(dataset)
+    X, y = ds.X, ds.y
+    tr, _ = folds(dataset, len(X))[0]
+    perm = np.random.default_rng(1).permutation(tr)
+    cut = int(0.8 * len(perm))
+    fit_idx, val_idx = perm[:cut], perm[cut:]
+    rows = []
+    for hp in GRIDS[model]:
+        r = run_one(ds, X[fit_idx], y[fit_idx], X[val_idx], y[val_idx], model, 1.5, 1, "local", {**base, **hp}, 7)
+        rows.append({**hp, "val_error": r["test_error"], "wall_seconds": r["wall_seconds"]})
+        print(f"tune {dataset} {model} {hp} val_error {r['test_error']:.3f} ({r['wall_seconds']:.0f}s)", flush=True)
+    best = min(rows, key=lambda r: r["val_error"])
+    chosen = {**base, "lr": best["lr"], "clip": best["clip"]}
+    allt = load_tuning()
+    allt[f"{dataset}/{model}"] = {"grid": rows, "chosen": chosen}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    TUNING.write_text(json.dumps(allt, indent=1))
+    return chosen
+
+
+def table_runs(args: argparse.Namespace) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for dataset in args.datasets:
+        ds = load_dataset(dataset)
+        X, y = ds.X, ds.y
+        fl = folds(dataset, len(X))[: args.folds]
+        for model in args.models:
+            base = {"init": "gaussian"}
+            if model == "gmlvq" and args.omega_rank:
+                base["omega_rank"] = args.omega_rank
+            key = f"{dataset}/{model}"
+            tun = load_tuning()
+            hp = tun[key]["chosen"] if key in tun else (tune(dataset, model, base) if args.tune else base)
+            jobs = []
+            for fi, (tr, te) in enumerate(fl):
+                if args.baseline:
+                    jobs.append((fi, tr, te, None, "np"))
+                for s in args.settings:
+                    for eps in args.eps:
+                        jobs.append((fi, tr, te, eps, s))
+            done = {(r["setting"], r["epsilon"], r["fold"]) for r in _rows()
+                    if r["dataset"] == dataset and r["model"] == model}
+            for fi, tr, te, eps, s in jobs:
+                if (s, eps, fi) in done:  # resume: each run is recorded once
+                    continue
+                parties, noise = SETTINGS.get(s, (1, "local"))
+                r = run_one(ds, X[tr], y[tr], X[te], y[te], model, eps, parties, noise, hp, seed=1000 + fi)
+                row = {"dataset": dataset, "model": model, "setting": s, "epsilon": eps, "fold": fi,
+                       "hp": hp, "omega_rank": hp.get("omega_rank", 0), **r}
+                with RUNS.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+                print(f"{dataset} {model} {s} eps={eps} fold {fi}: error {r['test_error']:.3f} "
+                      f"sigma {r['noise_multiplier']:.3f} ({r['wall_seconds']:.0f}s)", flush=True)
+    report()
+
+
+def _rows() -> list[dict]:
+    return [json.loads(line) for line in RUNS.read_text().splitlines() if line.strip()] if RUNS.exists() else []
+
+
+def report() -> None:
+    """Markdown table (mean +- std over folds) next to the paper, and the privacy-utility plot."""
+    if not RUNS.exists():
+        print("no runs yet")
+        return
+    rows = [json.loads(line) for line in RUNS.read_text().splitlines() if line.strip()]
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        groups.setdefault((r["dataset"], r["model"], r["setting"], r["epsilon"]), []).append(r["test_error"])
+    sig: dict[tuple, float] = {(r["dataset"], r["model"], r["setting"], r["epsilon"]): r["noise_multiplier"] for r in rows}
+    lines = ["# DP-GLVQ / DP-GMLVQ: Table 1 protocol (test error, mean ± std over folds [n folds])", "",
+             "(a) 1 party, (b) 5 parties local noise, (c) 5 parties distributed noise (simulation only). "
+             "q=0.01, E=50, delta=1e-5, epsilon_1=0.2 epsilon, Gaussian initialisation, PLD-calibrated sigma.", ""]
+    tun = load_tuning()
+    for dataset in sorted({k[0] for k in groups}):
+        lines += [f"## {dataset}", "", "| model | epsilon | sigma | (a) 1 party | (b) 5 local | (c) 5 distributed | paper |",
+                  "|---|---|---|---|---|---|---|"]
+        for model in ("glvq", "gmlvq"):
+            for eps in (*EPSILONS, None):
+                cells = []
+                for s in ("a", "b", "c") if eps is not None else ("np",):
+                    v = groups.get((dataset, model, s, eps))
+                    cells.append(f"{np.mean(v):.3f} ± {np.std(v):.3f} [{len(v)}]" if v else "not run")
+                if eps is None:
+                    cells = [cells[0] + " (non-private SGD)", "", ""]
+                if all(c == "not run" for c in cells):
+                    continue
+                pap = PAPER.get(dataset, {}).get(eps if eps is not None else "np")
+                pcell = f"{pap[0 if model == 'glvq' else 1]:.3f}" if pap else "n/a"
+                sg = sig.get((dataset, model, "a", eps))
+                lines.append(f"| {model} | {eps if eps is not None else 'non-private'} | "
+                             f"{'' if sg is None else f'{sg:.3f}'} | " + " | ".join(cells) + f" | {pcell} |")
+        for model in ("glvq", "gmlvq"):
+            t = tun.get(f"{dataset}/{model}")
+            if t:
+                lines.append(f"\nTuned on validation ({dataset}/{model}): {json.dumps(t['chosen'])}")
+        lines.append("")
+    (RESULTS / "lvq_table1.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    _plot(groups)
+
+
+def _plot(groups: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = sorted({k[0] for k in groups})
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4), squeeze=False)
+    for ax, dataset in zip(axes[0], datasets):
+        for model, color in (("glvq", "tab:blue"), ("gmlvq", "tab:red")):
+            for s, ls in (("a", "-"), ("b", ":"), ("c", "--")):
+                pts = [(e, np.mean(groups[(dataset, model, s, e)])) for e in EPSILONS if (dataset, model, s, e) in groups]
+                if pts:
+                    ax.plot(*zip(*pts), ls, marker="o", color=color, label=f"{model} ({s})")
+            if (dataset, model, "np", None) in groups:
+                ax.axhline(np.mean(groups[(dataset, model, "np", None)]), color=color, lw=0.8, alpha=0.6)
+            pap = PAPER.get(dataset)
+            if pap:
+                ax.plot(EPSILONS, [pap[e][0 if model == "glvq" else 1] for e in EPSILONS], "x", color=color,
+                        ms=8, label=f"{model} paper")
+        ax.set_title(f"{dataset} (lines: non-private)")
+        ax.set_xlabel("epsilon (delta = 1e-5)")
+        ax.set_ylabel("test error")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "lvq_privacy_utility.png", dpi=110)
+
+
+def speed(args: argparse.Namespace) -> None:
+    """DP-SGD samples/s per core for GMLVQ on MNIST (d=784, 10 prototypes, full Omega), DP step vs non-private."""
+    from dpfed.lvq_model import clipped_gradient_sum, rescale
+
+    ds = load_dataset("mnist")
+    rng = np.random.default_rng(0)
+    Z = rescale(ds.X_train[:20000], ds.schema.lower, ds.schema.upper)
+    y = ds.y_train[:20000]
+    d = Z.shape[1]
+    W = rng.normal(0, 0.1, (10, d))
+    wl = np.arange(10)
+    omega = np.eye(d) / np.sqrt(d)
+    srng = SecureRNG.from_seed(0)
+    lines = ["| batch | non-private grad (ms) | DP clipped sum (ms) | + noise (ms) | DP step / non-private | "
+             "DP samples/s/core |", "|---|---|---|---|---|---|"]
+
+    def best(f, reps=5):
+        ts = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t)
+        return min(ts)
+
+    for B in args.batches:
+        idx = rng.choice(len(Z), B, replace=False)
+        Xb, yb = Z[idx], y[idx]
+        t_np = best(lambda: clipped_gradient_sum(Xb, yb, W, wl, omega, None))
+        t_clip = best(lambda: clipped_gradient_sum(Xb, yb, W, wl, omega, 0.5))
+
+        def dp_step():
+            g = clipped_gradient_sum(Xb, yb, W, wl, omega, 0.5)
+            g.prototypes + srng.normal(g.prototypes.shape, 0.5)
+            g.omega + srng.normal(g.omega.shape, 0.5)
+        t_dp = best(dp_step)
+        lines.append(f"| {B} | {1e3 * t_np:.1f} | {1e3 * t_clip:.1f} | {1e3 * t_dp:.1f} | "
+                     f"{t_dp / t_np:.2f}x (clip only {t_clip / t_np:.2f}x) | {B / t_dp:.0f} |")
+    text = ("# GMLVQ on MNIST, one DP-SGD step (OPENBLAS_NUM_THREADS=1, machine shared by ~6 users)\n\n"
+            + "\n".join(lines) + "\n")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "lvq_speed.md").write_text(text)
+    print(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("table")
+    t.add_argument("--datasets", nargs="+", default=["segmentation", "satimage", "mnist"])
+    t.add_argument("--models", nargs="+", default=["glvq", "gmlvq"])
+    t.add_argument("--settings", nargs="+", default=["a", "b", "c"])
+    t.add_argument("--eps", nargs="+", type=float, default=list(EPSILONS))
+    t.add_argument("--folds", type=int, default=5)
+    t.add_argument("--omega-rank", type=int, default=0)
+    t.add_argument("--no-tune", dest="tune", action="store_false")
+    t.add_argument("--no-baseline", dest="baseline", action="store_false")
+    s = sub.add_parser("speed")
+    s.add_argument("--batches", nargs="+", type=int, default=[140, 600])
+    sub.add_parser("report")
+    args = p.parse_args(argv)
+    if args.cmd == "table":
+        table_runs(args)
+    elif args.cmd == "speed":
+        speed(args)
+    else:
+        report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

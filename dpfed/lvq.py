@@ -1,0 +1,638 @@
+"""Differentially private GLVQ / GMLVQ across parties (Brinkrolf, Berger & Hammer, ESANN 2018).
+
+A job is one initialisation round and T = epochs / q DP-SGD rounds.
+
+* Round 0 (``init``, budget epsilon_1 = ``init_fraction`` * epsilon): each party releases noised
+  per-class counts (exact discrete Gaussian / discrete Laplace, sensitivity 1) and per-class
+  coordinate sums of its records rescaled by the public bounds into [-1, 1]^d. ``gaussian``: L2
+  sensitivity sqrt(d), one Gaussian mechanism split between counts and sums (the two noise
+  multipliers compose to exactly the one calibrated for epsilon_1). ``laplace``: the paper's
+  mechanism, L1 sensitivity d, pure epsilon split. ``zero``: only counts are released (for the
+  expected batch size); prototypes start at the centre of the box, no budget spent on sums.
+  The coordinator sets each class's prototypes to sum / count.
+* Rounds 1..T (``step``): the coordinator broadcasts the model; each party Poisson-samples (rate q),
+  clips every record's joint gradient (prototypes and Omega) to L2 norm C with ghost norms
+  (:mod:`dpfed.lvq_model`), adds Gaussian noise and returns the sum. The coordinator adds the sums,
+  divides by the expected batch size q * n (n from the noisy counts) and steps (SGD with rate
+  ``lr / (1 + lr_decay * t / T)``, or Adam). Omega is renormalised to Frobenius norm ``omega_scale``
+  after each step (post-processing).
+* sigma (``noise_multiplier``) is the smallest one for which the PLD composition of the
+  initialisation and the T subsampled Gaussian steps meets (epsilon, delta)
+  (:func:`dpfed.accounting.calibrate_noise_multiplier`); it is computed once when the job is
+  created, stored in the job's public params, and re-checked by every party before it charges.
+
+Noise placement (``noise``):
+
+* ``local``: every party adds the full N(0, sigma^2 C^2) to its sum (and the full initialisation
+  noise): each party's answers alone are (epsilon, delta)-DP, even against the coordinator. The
+  aggregate's noise grows with sqrt(parties).
+* ``distributed``: each party adds 1/P of the noise variance (counts: discrete Gaussian with
+  sigma^2 / P), so the *sum* carries the central noise and the result matches one party holding
+  all the data. This protects a party against the coordinator only if secure aggregation hides the
+  single contributions, which dpfed does not implement yet: **simulation only**. (A sum of P
+  discrete Gaussians of variance sigma^2 / P is not exactly a discrete Gaussian; with the count
+  noise used here, sigma / sqrt(P) > 10, the difference is far below delta, Canonne, Kamath &
+  Steinke 2020, Sec. 4.) The Laplace initialisation cannot be split and is added in full at
+  every party in both placements.
+
+Each party charges the whole job (initialisation + T steps) before its first answer and then
+answers each round at most once, only with the planned shapes and parameters.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import uuid
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import dp_accounting
+import numpy as np
+from dp_accounting import DpEvent
+from sklearn.base import BaseEstimator, ClassifierMixin
+
+from dpfed import accounting
+from dpfed.federated import Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
+from dpfed.lvq_model import clipped_gradient_sum, predict, rescale
+from dpfed.rng import SecureRNG
+from dpfed.samplers import sample_discrete_gaussian, sample_discrete_laplace
+from dpfed.schema import DataValidationError, Schema
+
+__all__ = ["PrivacyPlan", "privacy_plan", "prepare_params", "LVQParty", "LVQCoordinator", "evaluate",
+           "DPGLVQ", "DPGMLVQ", "ALGORITHMS", "DEFAULTS"]
+
+#: Defaults of the job parameters (the paper's q, C, E, epsilon_1 share; our initialisation and optimiser).
+DEFAULTS: dict[str, Any] = {
+    "epochs": 50, "sampling_rate": 0.01, "clip": 0.5, "noise": "local", "parties": 1,
+    "init": "gaussian", "init_fraction": 0.2, "count_fraction": 0.05,
+    "optimizer": "sgd", "lr": 0.05, "lr_decay": 9.0, "adam_betas": [0.9, 0.999],
+    "prototypes_per_class": 1, "omega_rank": 0, "omega_scale": 1.0,
+    "phi": "identity", "beta": 1.0, "private": True, "allow_missing_classes": False,
+}
+_PLAN_KEYS = ("epsilon", "delta", "epochs", "sampling_rate", "init", "init_fraction", "count_fraction")
+
+
+# ----------------------------------------------------------------------------------- privacy plan
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """Noise parameters and DP events of a job, derived from public params only."""
+
+    steps: int
+    noise_multiplier: float          # DP-SGD sigma (noise std = sigma * clip)
+    count_noise: float               # count noise: discrete Gaussian sigma, or discrete Laplace scale
+    sum_noise: float                 # sum noise multiplier: Gaussian std / sqrt(d), or Laplace scale / d
+    init_event: DpEvent
+    event: DpEvent                   # whole job: init + T steps
+
+    def init_counts_only(self) -> bool:
+        return self.sum_noise == 0.0
+
+
+def _gaussian_multiplier(eps: float, delta: float) -> float:
+    """Smallest Gaussian noise multiplier z with PLD epsilon(Gaussian(z), delta) <= eps (bisection)."""
+    f = lambda z: accounting.epsilon(dp_accounting.GaussianDpEvent(z), delta) - eps  # noqa: E731
+    lo, hi = 0.05, 1.0
+    while f(hi) > 0:
+        lo, hi = hi, hi * 2.0
+    while hi - lo > 1e-5 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) > 0 else (lo, mid)
+    return hi
+
+
+def _init_noise(init: str, eps1: float, delta: float, count_fraction: float) -> tuple[float, float, DpEvent]:
+    if init == "gaussian":
+        z = _gaussian_multiplier(eps1, delta)
+        zc, zs = z / math.sqrt(count_fraction), z / math.sqrt(1.0 - count_fraction)
+        return zc, zs, accounting.compose([dp_accounting.GaussianDpEvent(zc), dp_accounting.GaussianDpEvent(zs)])
+    if init == "laplace":
+        ec, es = count_fraction * eps1, (1.0 - count_fraction) * eps1
+        return 1.0 / ec, 1.0 / es, accounting.compose([dp_accounting.DiscreteLaplaceDpEvent(ec, 1),
+                                                       dp_accounting.LaplaceDpEvent(1.0 / es)])
+    if init == "zero":
+        z = _gaussian_multiplier(eps1, delta)
+        return z, 0.0, dp_accounting.GaussianDpEvent(z)
+    raise ValueError(f"init must be 'gaussian', 'laplace' or 'zero', got {init!r}")
+
+
+@functools.lru_cache(maxsize=64)
+def _plan_cached(key: str, noise_multiplier: float | None) -> PrivacyPlan:
+    p = json.loads(key)
+    eps, delta = float(p["epsilon"]), float(p["delta"])
+    q, epochs = float(p["sampling_rate"]), float(p["epochs"])
+    steps = int(round(epochs / q))
+    frac, cf = float(p["init_fraction"]), float(p["count_fraction"])
+    if not 0.0 < frac < 1.0:
+        raise ValueError(f"init_fraction must lie in (0, 1), got {frac}")
+    if not 0.0 < cf < 1.0:
+        raise ValueError(f"count_fraction must lie in (0, 1), got {cf}")
+    if steps < 1:
+        raise ValueError("epochs / sampling_rate must give at least one step")
+    zc, zs, init_event = _init_noise(str(p["init"]), frac * eps, delta, cf)
+    if noise_multiplier is None:
+        noise_multiplier = accounting.calibrate_noise_multiplier(eps, delta, q, steps, extra_event=init_event)
+    event = accounting.compose([init_event, accounting.dp_sgd_event(noise_multiplier, q, steps)])
+    return PrivacyPlan(steps, float(noise_multiplier), zc, zs, init_event, event)
+
+
+def privacy_plan(params: Mapping[str, Any]) -> PrivacyPlan:
+    """The job's plan; calibrates sigma (PLD, a few seconds, cached) unless params carry it."""
+    full = {**DEFAULTS, **params}
+    key = json.dumps({k: full[k] for k in _PLAN_KEYS}, sort_keys=True)
+    nm = params.get("noise_multiplier")
+    return _plan_cached(key, None if nm is None else float(nm))
+
+
+def prepare_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Fill in defaults and the calibrated ``noise_multiplier`` (so parties need not calibrate)."""
+    out = {**DEFAULTS, **params}
+    if out.get("private", True):
+        out["noise_multiplier"] = privacy_plan(out).noise_multiplier
+    return out
+
+
+# ----------------------------------------------------------------------------------- shapes
+
+def _layout(spec: JobSpec) -> tuple[int, int, int, int, bool]:
+    """(classes, d, prototypes per class, Omega rank (0 = GLVQ), learn Omega) from the public spec."""
+    schema = spec.schema
+    if schema.categorical.any():
+        raise TaskRejected("LVQ needs numeric features with public bounds; the schema has categorical columns")
+    if schema.n_classes < 2:
+        raise TaskRejected("LVQ needs a schema with at least 2 classes")
+    p = {**DEFAULTS, **spec.params}
+    d = schema.n_features
+    ppc = int(p["prototypes_per_class"])
+    if ppc < 1:
+        raise TaskRejected("prototypes_per_class must be >= 1")
+    rank = 0
+    if spec.algorithm == "gmlvq":
+        rank = int(p["omega_rank"]) or d
+        if not 1 <= rank <= d:
+            raise TaskRejected(f"omega_rank must lie in 1..{d}")
+    return schema.n_classes, d, ppc, rank, spec.algorithm == "gmlvq"
+
+
+def _prototype_labels(n_classes: int, ppc: int) -> np.ndarray:
+    return np.repeat(np.arange(n_classes, dtype=np.int64), ppc)
+
+
+# ----------------------------------------------------------------------------------- party half
+
+class LVQParty(PartyAlgorithm):
+    """Answers ``init`` and ``step`` tasks with clipped, noised sums; each round at most once."""
+
+    def __init__(self) -> None:
+        self._last_round: dict[str, int] = {}
+        self._jobs: dict[str, tuple[JobSpec, dict[str, Any], PrivacyPlan, tuple[int, int, int, int, bool]]] = {}
+        self._scaled: dict[str, tuple[int, np.ndarray]] = {}
+
+    def _job(self, spec: JobSpec) -> tuple[dict[str, Any], PrivacyPlan, tuple[int, int, int, int, bool]]:
+        """Params, plan and layout of ``spec`` (cached per job id while the spec is unchanged)."""
+        hit = self._jobs.get(spec.job_id)
+        if hit is None or hit[0] != spec:
+            hit = (spec, {**DEFAULTS, **spec.params}, privacy_plan(spec.params), _layout(spec))
+            self._jobs[spec.job_id] = hit
+        return hit[1], hit[2], hit[3]
+
+    def _rescaled(self, spec: JobSpec, X: np.ndarray) -> np.ndarray:
+        """Records rescaled into [-1, 1]^d, computed once per job for the same array."""
+        hit = self._scaled.get(spec.job_id)
+        if hit is None or hit[0] != id(X) or hit[1].shape != X.shape:
+            hit = (id(X), rescale(X, spec.schema.lower, spec.schema.upper))
+            self._scaled[spec.job_id] = hit
+        return hit[1]
+
+    def job_event(self, spec: JobSpec) -> DpEvent:
+        p = {**DEFAULTS, **spec.params}
+        if not p["private"]:
+            raise TaskRejected("a non-private LVQ job can only run inside a local estimator, never at a party")
+        if p["noise"] not in ("local", "distributed"):
+            raise TaskRejected("noise must be 'local' or 'distributed'")
+        if not (isinstance(p["clip"], (int, float)) and p["clip"] > 0 and math.isfinite(p["clip"])):
+            raise TaskRejected("clip must be a finite number > 0")
+        if int(p["parties"]) < 1:
+            raise TaskRejected("parties must be >= 1")
+        _layout(spec)
+        try:
+            plan = privacy_plan(spec.params)
+            spent = accounting.epsilon(plan.event, spec.delta)
+        except ValueError as exc:
+            raise TaskRejected(f"invalid LVQ privacy parameters: {exc}") from None
+        if spent > spec.epsilon * (1.0 + 1e-9):
+            raise TaskRejected(f"the job's noise gives epsilon {spent:.6g} > its stated epsilon {spec.epsilon:.6g}")
+        return plan.event
+
+    def check_task(self, spec: JobSpec, task: Task) -> None:
+        if task.job_id != spec.job_id:
+            raise TaskRejected("task belongs to another job")
+        _, plan, (c, d, ppc, rank, _) = self._job(spec)
+        last = self._last_round.get(spec.job_id, -1)
+        if task.round <= last:
+            raise TaskRejected(f"round {task.round} was already answered (a repeat would spend budget twice)")
+        if task.round > plan.steps:
+            raise TaskRejected(f"round {task.round} lies beyond the charged plan of {plan.steps} steps")
+        if task.params:
+            raise TaskRejected("LVQ tasks take no per-task parameters (everything is fixed by the job)")
+        expected_kind = "init" if task.round == 0 else "step"
+        if task.kind != expected_kind:
+            raise TaskRejected(f"round {task.round} must be a {expected_kind!r} task, got {task.kind!r}")
+        if task.kind == "step":
+            want = {"prototypes": (c * ppc, d)}
+            if rank:
+                want["omega"] = (rank, d)
+            if set(task.arrays) != set(want):
+                raise TaskRejected(f"a step task carries exactly the arrays {sorted(want)}")
+            for k, shape in want.items():
+                a = np.asarray(task.arrays[k])
+                if a.shape != shape or not np.all(np.isfinite(a)):
+                    raise TaskRejected(f"array {k!r} must be finite with shape {shape}")
+        elif task.arrays:
+            raise TaskRejected("the init task carries no arrays")
+
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Answer:
+        self.check_task(spec, task)
+        p, plan, (c, d, ppc, rank, learn_omega) = self._job(spec)
+        if y is None:
+            raise DataValidationError("LVQ needs labelled records")
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != d:
+            raise DataValidationError(f"records have {X.shape[-1] if X.ndim == 2 else '?'} columns, the job expects {d}")
+        y = np.asarray(y)
+        if task.kind == "init":  # validate the records once per job (they are the same every round)
+            if not np.all(np.isfinite(X)):
+                raise DataValidationError("records contain NaN or infinite values")
+            if y.shape != (len(X),) or (len(y) and (y.min() < 0 or y.max() >= c)):
+                raise DataValidationError(f"labels must be one integer in 0..{c - 1} per record")
+        elif y.shape != (len(X),):
+            raise DataValidationError("one label per record")
+        share = 1.0 / math.sqrt(int(p["parties"])) if p["noise"] == "distributed" else 1.0
+        Z = self._rescaled(spec, X)
+        self._last_round[spec.job_id] = task.round  # from here on the round counts as answered
+        if task.kind == "init":
+            counts = np.bincount(y, minlength=c).astype(np.int64)
+            if not p["allow_missing_classes"] and (counts == 0).any():
+                # A data-dependent refusal reveals that a class is absent here; opt out with allow_missing_classes.
+                raise DataValidationError("a class has no records at this party (LVQ needs every class; "
+                                          "set allow_missing_classes to train anyway)")
+            return self._init_answer(p, plan, Z, y, counts, c, d, share, rng)
+        W = np.asarray(task.arrays["prototypes"], dtype=np.float64)
+        omega = np.asarray(task.arrays["omega"], dtype=np.float64) if rank else None
+        mask = rng.poisson_mask(len(Z), float(p["sampling_rate"]))
+        g = clipped_gradient_sum(Z[mask], y[mask], W, _prototype_labels(c, ppc), omega, float(p["clip"]),
+                                 phi=str(p["phi"]), beta=float(p["beta"]), learn_omega=learn_omega)
+        std = plan.noise_multiplier * float(p["clip"]) * share
+        k = g.prototypes.size
+        noise = rng.normal(k + (g.omega.size if rank and learn_omega else 0), std)
+        out = {"grad_prototypes": g.prototypes + noise[:k].reshape(g.prototypes.shape)}
+        if rank:
+            out["grad_omega"] = g.omega + (noise[k:].reshape(g.omega.shape) if learn_omega else 0.0)
+        return out
+
+    @staticmethod
+    def _init_answer(p: Mapping[str, Any], plan: PrivacyPlan, Z: np.ndarray, y: np.ndarray, counts: np.ndarray,
+                     c: int, d: int, share: float, rng: SecureRNG) -> Answer:
+        init = p["init"]
+        if init == "laplace":  # the paper's mechanism; Laplace noise does not split, so always in full
+            noisy_counts = counts + sample_discrete_laplace(plan.count_noise, c, rng)
+        else:
+            noisy_counts = counts + sample_discrete_gaussian(plan.count_noise * share, c, rng)
+        out: Answer = {"counts": noisy_counts.astype(np.int64)}
+        if init == "zero":
+            return out
+        sums = np.zeros((c, d))
+        np.add.at(sums, y, Z)
+        if init == "gaussian":
+            sums += rng.normal((c, d), plan.sum_noise * math.sqrt(d) * share)
+        else:
+            from dpfed.mechanisms import laplace  # L1 sensitivity d (records in [-1, 1]^d)
+
+            # One Laplace mechanism over the whole (c x d) table: a record changes one row by at most d in L1.
+            sums = np.asarray(laplace(sums, sensitivity=float(d), epsilon=1.0 / plan.sum_noise, rng=rng).value)
+        out["sums"] = sums
+        return out
+
+
+# ----------------------------------------------------------------------------------- coordinator half
+
+class LVQCoordinator(CoordinatorAlgorithm):
+    """Issues the init and T step tasks, aggregates the parties' noisy sums and steps the model."""
+
+    def __init__(self, spec: JobSpec, parties: Sequence[str]) -> None:
+        self.spec = spec
+        self.parties = list(parties)
+        self.p = {**DEFAULTS, **spec.params}
+        self.private = bool(self.p["private"])
+        self.c, self.d, self.ppc, self.rank, self.learn_omega = _layout(spec)
+        self.plan = privacy_plan(spec.params) if self.private else None
+        self.steps = self.plan.steps if self.plan else int(round(float(self.p["epochs"]) / float(self.p["sampling_rate"])))
+        self.labels = _prototype_labels(self.c, self.ppc)
+        # public, data-independent start: box centre plus a tiny offset to break ties between prototypes
+        pub = np.random.default_rng(abs(hash(spec.job_id)) % (2**32))
+        self.W = pub.normal(0.0, 1e-3, (len(self.labels), self.d))
+        self.omega = None
+        if self.rank:
+            if self.rank == self.d:
+                self.omega = np.eye(self.d)
+            else:
+                self.omega = np.linalg.qr(pub.normal(size=(self.d, self.rank)))[0].T
+            self._normalise_omega()
+        self.round = 0
+        self.n_hat = 0.0
+        self.trace: list[float] = []
+        self._m: np.ndarray | None = None
+        self._v: np.ndarray | None = None
+
+    def _normalise_omega(self) -> None:
+        if self.omega is not None:
+            norm = np.linalg.norm(self.omega)
+            if norm > 0:
+                self.omega *= float(self.p["omega_scale"]) / norm
+
+    def next_task(self) -> Task | None:
+        if self.round > self.steps:
+            return None
+        if self.round == 0:
+            return Task(self.spec.job_id, 0, "init")
+        arrays = {"prototypes": self.W.copy()}
+        if self.rank:
+            arrays["omega"] = self.omega.copy()
+        return Task(self.spec.job_id, self.round, "step", arrays=arrays)
+
+    def absorb(self, task: Task, answers: Mapping[str, Answer]) -> None:
+        if task.round != self.round:
+            raise ValueError(f"answers for round {task.round}, expected round {self.round}")
+        if set(answers) != set(self.parties):
+            raise ValueError("answers must come from every party of the job")
+        if task.kind == "init":
+            counts = sum(np.asarray(a["counts"], dtype=np.float64) for a in answers.values())
+            self.n_hat = max(float(counts.sum()), 1.0)
+            if "sums" in next(iter(answers.values())):
+                sums = sum(np.asarray(a["sums"], dtype=np.float64) for a in answers.values())
+                means = np.clip(sums / np.maximum(counts, 1.0)[:, None], -1.0, 1.0)
+                self.W = means[self.labels] + self.W
+        else:
+            gW = sum(np.asarray(a["grad_prototypes"], dtype=np.float64) for a in answers.values())
+            parts = [gW.ravel()]
+            if self.rank:
+                gO = sum(np.asarray(a["grad_omega"], dtype=np.float64) for a in answers.values())
+                parts.append(gO.ravel())
+            g = np.concatenate(parts) / (float(self.p["sampling_rate"]) * self.n_hat)
+            self._step(g)
+        self.round += 1
+
+    def _step(self, g: np.ndarray) -> None:
+        t = self.round  # 1..T
+        lr = float(self.p["lr"]) / (1.0 + float(self.p["lr_decay"]) * (t - 1) / self.steps)
+        if self.p["optimizer"] == "adam":
+            b1, b2 = (float(b) for b in self.p["adam_betas"])
+            if self._m is None:
+                self._m, self._v = np.zeros_like(g), np.zeros_like(g)
+            self._m = b1 * self._m + (1 - b1) * g
+            self._v = b2 * self._v + (1 - b2) * g * g
+            upd = (self._m / (1 - b1 ** t)) / (np.sqrt(self._v / (1 - b2 ** t)) + 1e-8)
+        elif self.p["optimizer"] == "sgd":
+            upd = g
+        else:
+            raise ValueError("optimizer must be 'sgd' or 'adam'")
+        k = self.W.size
+        self.W = self.W - lr * upd[:k].reshape(self.W.shape)
+        if self.rank and self.learn_omega:
+            self.omega = self.omega - lr * upd[k:].reshape(self.omega.shape)
+            self._normalise_omega()
+
+    @property
+    def progress(self) -> float:
+        return min(1.0, self.round / (self.steps + 1))
+
+    def model(self) -> dict[str, np.ndarray]:
+        out = {"algorithm": np.array(self.spec.algorithm), "prototypes": self.W.copy(),
+               "prototype_labels": self.labels.copy(), "lower": self.spec.schema.lower,
+               "upper": self.spec.schema.upper}
+        if self.rank:
+            out["omega"] = self.omega.copy()
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"steps": self.steps, "clip": float(self.p["clip"]), "init": self.p["init"],
+                               "optimizer": self.p["optimizer"], "lr": float(self.p["lr"]),
+                               "noise_placement": self.p["noise"] + (" (simulation only: needs secure aggregation)"
+                                                                     if self.p["noise"] == "distributed" else "")}
+        if self.plan is not None:
+            out.update(noise_multiplier=self.plan.noise_multiplier, init_count_noise=self.plan.count_noise,
+                       init_sum_noise=self.plan.sum_noise, expected_batch_size=float(self.p["sampling_rate"]) * self.n_hat)
+        else:
+            out["noise_multiplier"] = 0.0
+        return out
+
+
+def evaluate(model: Mapping[str, np.ndarray], X: np.ndarray, y: np.ndarray | None, schema: Schema) -> dict[str, float]:
+    """Test error and accuracy of a trained LVQ model on labelled records."""
+    if y is None:
+        raise ValueError("LVQ evaluation needs labels")
+    Z = rescale(schema.validate(X, clip_numeric=True), np.asarray(model["lower"]), np.asarray(model["upper"]))
+    pred = predict(Z, np.asarray(model["prototypes"]), np.asarray(model["prototype_labels"]),
+                   np.asarray(model["omega"]) if "omega" in model else None)
+    acc = float(np.mean(pred == np.asarray(y)))
+    return {"test_error": 1.0 - acc, "test_accuracy": acc}
+
+
+# ----------------------------------------------------------------------------------- local driver
+
+def run_local(spec: JobSpec, X: np.ndarray, y: np.ndarray, rng: SecureRNG) -> LVQCoordinator:
+    """Drive the same two halves with one party and no ledger (used for the non-private baseline)."""
+    party, coord = LVQParty(), LVQCoordinator(spec, ["local"])
+    X = spec.schema.validate(X, y)
+    private = bool({**DEFAULTS, **spec.params}["private"])
+    gen = rng.numpy()
+    while (task := coord.next_task()) is not None:
+        if private:
+            ans = party.answer(spec, task, X, y, rng)
+        else:
+            ans = _nonprivate_answer(spec, task, X, y, gen)
+        coord.absorb(task, {"local": ans})
+    return coord
+
+
+def _nonprivate_answer(spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray, gen: np.random.Generator) -> Answer:
+    """The party's computation without clipping or noise (baseline only; never used by a party)."""
+    p = {**DEFAULTS, **spec.params}
+    c, d, ppc, rank, learn_omega = _layout(spec)
+    Z = rescale(X, spec.schema.lower, spec.schema.upper)
+    if task.kind == "init":
+        sums = np.zeros((c, d))
+        np.add.at(sums, y, Z)
+        ans: Answer = {"counts": np.bincount(y, minlength=c).astype(np.int64)}
+        if p["init"] != "zero":
+            ans["sums"] = sums
+        return ans
+    mask = gen.random(len(Z)) < float(p["sampling_rate"])
+    g = clipped_gradient_sum(Z[mask], y[mask], np.asarray(task.arrays["prototypes"]), _prototype_labels(c, ppc),
+                             np.asarray(task.arrays["omega"]) if rank else None, None, phi=str(p["phi"]),
+                             beta=float(p["beta"]), learn_omega=learn_omega)
+    out = {"grad_prototypes": g.prototypes}
+    if rank:
+        out["grad_omega"] = g.omega
+    return out
+
+
+# ----------------------------------------------------------------------------------- estimators
+
+class _DPLVQBase(BaseEstimator, ClassifierMixin):
+    """Scikit-learn estimator around the federated halves (one party, same code path)."""
+
+    _algorithm = "glvq"
+
+    def __init__(self, *, epsilon: float | None = 1.0, delta: float = 1e-5, bounds: tuple[Any, Any] | None = None,
+                 classes: Sequence[Any] | None = None, epochs: float = 50, sampling_rate: float = 0.01,
+                 clip: float = 0.5, init: str = "gaussian", init_fraction: float = 0.2, count_fraction: float = 0.05,
+                 optimizer: str = "sgd", lr: float = 0.05, lr_decay: float = 9.0, prototypes_per_class: int = 1,
+                 omega_rank: int = 0, omega_scale: float = 1.0, phi: str = "identity", beta: float = 1.0,
+                 private: bool = True, random_state: int | None = None) -> None:
+        self.epsilon, self.delta, self.bounds, self.classes = epsilon, delta, bounds, classes
+        self.epochs, self.sampling_rate, self.clip, self.init = epochs, sampling_rate, clip, init
+        self.init_fraction, self.count_fraction, self.optimizer, self.lr = init_fraction, count_fraction, optimizer, lr
+        self.lr_decay, self.prototypes_per_class, self.omega_rank = lr_decay, prototypes_per_class, omega_rank
+        self.omega_scale, self.phi, self.beta, self.private = omega_scale, phi, beta, private
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any) -> "_DPLVQBase":
+        """Train on (X, y). Private training needs public ``bounds`` and, ideally, public ``classes``."""
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-d, got {X.ndim} dimension(s)")
+        if len(y) != len(X):
+            raise ValueError(f"X has {len(X)} rows but y has {len(y)} labels")
+        if not np.all(np.isfinite(X)):
+            raise ValueError("X contains NaN or infinite values")
+        private = bool(self.private) and self.epsilon is not None
+        classes = np.unique(y) if self.classes is None else np.asarray(self.classes)
+        if len(classes) < 2:
+            raise ValueError("need at least 2 classes")
+        idx = np.searchsorted(classes, y)
+        if np.any(idx >= len(classes)) or np.any(classes[np.minimum(idx, len(classes) - 1)] != y):
+            raise ValueError("y contains labels outside `classes`")
+        if self.bounds is None:
+            if private:
+                raise ValueError("private training needs public `bounds=(lower, upper)`; bounds from the data "
+                                 "would leak it")
+            lo, hi = X.min(0), X.max(0)
+            hi = np.where(hi > lo, hi, lo + 1.0)
+        else:
+            lo = np.broadcast_to(np.asarray(self.bounds[0], dtype=float), (X.shape[1],))
+            hi = np.broadcast_to(np.asarray(self.bounds[1], dtype=float), (X.shape[1],))
+        schema = Schema.numeric_box(X.shape[1], lo, hi, n_classes=len(classes))
+        X = np.clip(X, lo, hi)
+        params = {k: v for k, v in self.get_params().items()
+                  if k not in ("bounds", "classes", "random_state", "epsilon", "delta")}
+        params.update(epsilon=float(self.epsilon) if private else 1.0, delta=float(self.delta), private=private,
+                      parties=1, noise="local", allow_missing_classes=not private or self.classes is None)
+        if private:
+            params = prepare_params(params)
+        spec = JobSpec(f"estimator-{uuid.uuid4().hex[:12]}", self._algorithm, params, schema)
+        rng = SecureRNG() if self.random_state is None else SecureRNG.from_seed(int(self.random_state))
+        if private:
+            from dpfed.simulation import run_inprocess
+
+            res = run_inprocess(spec, [(X, idx)], seed=self.random_state)
+            model, self.summary_ = res.model, res.summary
+            self.epsilon_spent_ = res.epsilon_spent
+        else:
+            coord = run_local(spec, X, idx, rng)
+            model, self.summary_ = coord.model(), coord.summary()
+            self.epsilon_spent_ = math.inf
+        self.classes_ = classes
+        self.model_ = model
+        scale = 2.0 / (hi - lo)  # z = scale * (x - lo) - 1
+        self.prototypes_ = lo + (np.asarray(model["prototypes"]) + 1.0) / scale
+        self.prototype_labels_ = classes[np.asarray(model["prototype_labels"])]
+        om = np.asarray(model["omega"]) if "omega" in model else None
+        self.omega_ = None if om is None else om * scale[None, :]  # acts on original units
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def _check_fitted(self, X: Any) -> np.ndarray:
+        if not hasattr(self, "model_"):
+            raise ValueError(f"this {type(self).__name__} is not fitted yet; call fit first")
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X must have {self.n_features_in_} columns")
+        if not np.all(np.isfinite(X)):
+            raise ValueError("X contains NaN or infinite values")
+        return X
+
+    def predict(self, X: Any) -> np.ndarray:
+        X = self._check_fitted(X)
+        return self.prototype_labels_[np.searchsorted(self.classes_, self.prototype_labels_)][
+            predict(X, self.prototypes_, np.arange(len(self.prototypes_)), self.omega_)]
+
+
+class DPGLVQ(_DPLVQBase):
+    """Differentially private GLVQ (Euclidean distance), trained by DP-SGD."""
+
+    _algorithm = "glvq"
+
+
+class DPGMLVQ(_DPLVQBase):
+    """Differentially private GMLVQ: learns Omega with relevance matrix Lambda = Omega^T Omega."""
+
+    _algorithm = "gmlvq"
+
+    @property
+    def relevance_matrix_(self) -> np.ndarray:
+        if getattr(self, "omega_", None) is None:
+            raise AttributeError("not fitted")
+        return self.omega_.T @ self.omega_
+
+
+# ----------------------------------------------------------------------------------- registry
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Command-line options of glvq / gmlvq (shared)."""
+    p.add_argument("--epochs", type=float, default=50, help="DP-SGD epochs E; T = E / q steps (default 50)")
+    p.add_argument("--sampling-rate", type=float, default=0.01, help="Poisson sampling rate q (default 0.01)")
+    p.add_argument("--clip", type=float, default=0.5, help="per-record gradient clipping norm C (paper: 0.5)")
+    p.add_argument("--noise", choices=["local", "distributed"], default="local",
+                   help="local: full noise per party; distributed: 1/P of the variance each (simulation only)")
+    p.add_argument("--lr", type=float, default=DEFAULTS["lr"], help="learning rate (default %(default)s)")
+    p.add_argument("--lr-decay", type=float, default=DEFAULTS["lr_decay"],
+                   help="SGD rate lr / (1 + decay * t / T) (default %(default)s)")
+    p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    p.add_argument("--init", choices=["gaussian", "laplace", "zero"], default="gaussian",
+                   help="prototype initialisation mechanism (paper: laplace)")
+    p.add_argument("--init-fraction", type=float, default=0.2, help="epsilon_1 / epsilon (paper: 0.2)")
+    p.add_argument("--count-fraction", type=float, default=DEFAULTS["count_fraction"],
+                   help="share of the initialisation budget spent on the class counts")
+    p.add_argument("--prototypes-per-class", type=int, default=1)
+    p.add_argument("--omega-rank", type=int, default=0, help="GMLVQ: rows of Omega (0 = full, d)")
+    p.add_argument("--omega-scale", type=float, default=1.0,
+                   help="GMLVQ: Frobenius norm of Omega (sets the clip budget split prototypes/Omega)")
+    p.add_argument("--phi", choices=["identity", "logistic"], default="identity")
+    p.add_argument("--beta", type=float, default=1.0, help="slope of the logistic phi")
+    p.add_argument("--allow-missing-classes", action="store_true",
+                   help="train even if a party lacks a class (else the party refuses, revealing that)")
+
+
+def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Job params from the parsed options, with the calibrated noise multiplier."""
+    params = {"epochs": args.epochs, "sampling_rate": args.sampling_rate, "clip": args.clip, "noise": args.noise,
+              "lr": args.lr, "lr_decay": args.lr_decay, "optimizer": args.optimizer, "init": args.init,
+              "init_fraction": args.init_fraction, "count_fraction": args.count_fraction,
+              "prototypes_per_class": args.prototypes_per_class, "omega_rank": args.omega_rank,
+              "omega_scale": args.omega_scale, "phi": args.phi, "beta": args.beta,
+              "allow_missing_classes": bool(args.allow_missing_classes), "parties": int(getattr(args, "parties", 1))}
+    delta = getattr(args, "delta", None)
+    full = prepare_params({**params, "epsilon": args.epsilon, "delta": 1e-5 if delta is None else delta})
+    return {k: v for k, v in full.items() if k not in ("epsilon", "delta")}
+
+
+def _algorithm(name: str) -> Algorithm:
+    return Algorithm(name=name, party=LVQParty, coordinator=LVQCoordinator, evaluate=evaluate,
+                     add_arguments=add_arguments, params_from_args=params_from_args, default_delta=1e-5)
+
+
+ALGORITHMS = {"glvq": _algorithm("glvq"), "gmlvq": _algorithm("gmlvq")}
