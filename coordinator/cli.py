@@ -77,12 +77,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     jsub = job.add_subparsers(dest="job_command", metavar="{submit,wait,cancel}")
     job.set_defaults(func=lambda a: (job.print_help(), 2)[1])
     sb = jsub.add_parser("submit", help="queue a job on the coordinator", conflict_handler="resolve")
-    sb.add_argument("--algorithm", required=True, choices=algorithm_names())
+    sb.add_argument("--algorithm", required=True,
+                    help=f"one of {', '.join(algorithm_names())} (or a plugin algorithm of the coordinator)")
     sb.add_argument("--epsilon", type=float, required=True, help="per-party epsilon of the whole job")
     sb.add_argument("--delta", type=float, default=None, help="per-party delta (default: the algorithm's)")
     sb.add_argument("--parties", nargs="+", default=[], metavar="NAME",
                     help="parties taking part (default: every connected party)")
     sb.add_argument("--job-id", default=None, help="job id (default: a fresh one)")
+    sb.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra job parameter (VALUE parsed as JSON when it can be; repeatable)")
     sb.add_argument("--wait", action="store_true", help="wait for the job to end and print its record")
     _admin_args(sb)
     _algorithm_args(sb)
@@ -220,11 +223,24 @@ def _print_record(rec: dict[str, Any]) -> None:
 def _cmd_submit(args: argparse.Namespace) -> int:
     from dpfed.algorithms import get_algorithm
 
-    algo = get_algorithm(args.algorithm)
-    params: dict[str, Any] = {"epsilon": args.epsilon,
-                              "delta": algo.default_delta if args.delta is None else args.delta}
-    if algo.params_from_args is not None:
+    try:
+        algo = get_algorithm(args.algorithm)
+    except (ValueError, ModuleNotFoundError):
+        algo = None  # not known here: the coordinator's plugins may know it
+    params: dict[str, Any] = {"epsilon": args.epsilon}
+    if args.delta is not None or algo is not None:
+        params["delta"] = algo.default_delta if args.delta is None else args.delta
+    if algo is not None and algo.params_from_args is not None:
         params.update(algo.params_from_args(args))
+    for item in args.param:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            print(f"dpfed job submit: error: --param needs KEY=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        try:
+            params[key] = json.loads(value)
+        except ValueError:
+            params[key] = value
     try:
         with _client(args) as c:
             job_id = c.submit_job(args.algorithm, params, parties=args.parties, job_id=args.job_id)
