@@ -83,7 +83,8 @@ class ArrayAssembler:
 
     def __init__(self, max_total_bytes: int = DEFAULT_MAX_ARRAY_BYTES) -> None:
         self.max_total_bytes = int(max_total_bytes)
-        self._bufs: dict[str, bytearray] = {}
+        self._bufs: dict[str, np.ndarray] = {}      # preallocated little-endian buffers
+        self._filled: dict[str, int] = {}
         self._meta: dict[str, tuple[np.dtype, tuple[int, ...], int]] = {}
         self._total = 0
 
@@ -111,17 +112,20 @@ class ArrayAssembler:
                 raise ProtocolError(f"arrays exceed the limit of {self.max_total_bytes} bytes")
             self._total += expect
             self._meta[name] = (dt, shape, expect)
-            self._bufs[name] = bytearray()
+            self._bufs[name] = np.empty(expect, dtype=np.uint8)
+            self._filled[name] = 0
         dt, shape, expect = self._meta[name]
-        buf = self._bufs[name]
+        filled = self._filled[name]
         if chunk.dtype != dt.str or tuple(chunk.shape) != shape or chunk.total_bytes != expect:
             raise ProtocolError(f"array {name!r}: chunks disagree on dtype, shape or size")
-        if chunk.offset != len(buf):
-            raise ProtocolError(f"array {name!r}: chunk at offset {chunk.offset}, expected {len(buf)} "
+        if chunk.offset != filled:
+            raise ProtocolError(f"array {name!r}: chunk at offset {chunk.offset}, expected {filled} "
                                 "(duplicated, missing or out-of-order chunk)")
-        if len(buf) + len(chunk.data) > expect:
+        n = len(chunk.data)
+        if filled + n > expect:
             raise ProtocolError(f"array {name!r}: more bytes than announced")
-        buf += chunk.data
+        self._bufs[name][filled:filled + n] = np.frombuffer(chunk.data, dtype=np.uint8)
+        self._filled[name] = filled + n
 
     def add_all(self, chunks: Iterable[pb.ArrayChunk]) -> None:
         for c in chunks:
@@ -131,8 +135,8 @@ class ArrayAssembler:
         """The arrays; raises when one is incomplete."""
         out = {}
         for name, (dt, shape, expect) in self._meta.items():
-            buf = self._bufs[name]
-            if len(buf) != expect:
-                raise ProtocolError(f"array {name!r}: {len(buf)} of {expect} bytes received")
-            out[name] = np.frombuffer(bytes(buf), dtype=dt).reshape(shape).astype(dt.newbyteorder("="), copy=False)
+            if self._filled[name] != expect:
+                raise ProtocolError(f"array {name!r}: {self._filled[name]} of {expect} bytes received")
+            arr = self._bufs[name].view(dt).reshape(shape) if expect else np.zeros(shape, dtype=dt)
+            out[name] = arr.astype(dt.newbyteorder("="), copy=False)
         return out
