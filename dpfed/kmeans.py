@@ -40,13 +40,12 @@ from scipy.optimize import linear_sum_assignment
 from dpfed import accounting
 from dpfed.federated import Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
 from dpfed.rng import SecureRNG
-from dpfed.sample_aggregate import (assign_blocks, center_of_attention_release, clamped_mean_release,
-                                    run_blocks)
+from dpfed.sample_aggregate import assign_blocks, center_of_attention_release, clamped_mean_release
 from dpfed.samplers import sample_discrete_laplace
 from dpfed.schema import Schema
 
 __all__ = [
-    "kmeans_plusplus", "lloyd", "kmeans", "inertia", "public_anchors", "canonical_order", "align_blocks",
+    "kmeans_plusplus", "lloyd", "kmeans", "block_kmeans", "inertia", "public_anchors", "canonical_order", "align_blocks",
     "KMeansPlan", "make_plan", "plan_event", "fit_private", "merge_centers", "DPKMeans", "ALGORITHMS",
     "numeric_part",
 ]
@@ -131,6 +130,53 @@ def kmeans(X: np.ndarray, k: int, rng: np.random.Generator, *, n_init: int = 1, 
             best = (C, inert)
     assert best is not None
     return best
+
+
+def block_kmeans(X: np.ndarray, blocks: Sequence[np.ndarray], k: int, rng: np.random.Generator, *,
+                 iters: int = 20) -> np.ndarray:
+    """k-means++ + ``iters`` Lloyd steps on every block at once: (m, k, d) centers.
+
+    The same computation as :func:`kmeans` per block (the sample-and-aggregate estimator, run
+    through :func:`dpfed.sample_aggregate.run_blocks` it would be a Python loop), batched over
+    blocks padded to the largest block with zero weights. Each block needs >= k records."""
+    m, d = len(blocks), X.shape[1]
+    sizes = np.array([len(b) for b in blocks])
+    if sizes.min() < k:
+        raise ValueError(f"every block needs at least k={k} records")
+    bmax = int(sizes.max())
+    rows = np.repeat(np.arange(m), sizes)
+    cols = np.arange(len(rows)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    P = np.zeros((m, bmax, d))
+    W = np.zeros((m, bmax))
+    P[rows, cols] = X[np.concatenate(blocks)]
+    W[rows, cols] = 1.0
+    sq = np.einsum("mbd,mbd->mb", P, P)
+    ar = np.arange(m)
+
+    def sqd(C: np.ndarray) -> np.ndarray:  # (m, bmax, kc) squared distances to C (m, kc, d)
+        return np.maximum(sq[:, :, None] - 2.0 * np.matmul(P, C.transpose(0, 2, 1))
+                          + np.einsum("mkd,mkd->mk", C, C)[:, None, :], 0.0)
+
+    def draw(p: np.ndarray, u: np.ndarray) -> np.ndarray:  # one index per block, prob ~ p (rows)
+        c = np.cumsum(p, axis=1)
+        return np.minimum((c <= (u * c[:, -1])[:, None]).sum(axis=1), sizes - 1)
+
+    u = rng.random((m, k))
+    C = np.empty((m, k, d))
+    C[:, 0] = P[ar, draw(W, u[:, 0])]
+    closest = sqd(C[:, :1])[:, :, 0]
+    for j in range(1, k):
+        p = W * closest
+        p = np.where(p.sum(axis=1, keepdims=True) > 0, p, W)
+        C[:, j] = P[ar, draw(p, u[:, j])]
+        np.minimum(closest, sqd(C[:, j:j + 1])[:, :, 0], out=closest)
+    for _ in range(iters):
+        lab = np.argmin(sqd(C), axis=2)
+        onehot = (lab[:, :, None] == np.arange(k)) * W[:, :, None]
+        cnt = onehot.sum(axis=1)
+        sums = np.matmul(onehot.transpose(0, 2, 1), P)
+        C = np.where(cnt[:, :, None] > 0, sums / np.maximum(cnt, 1.0)[:, :, None], C)
+    return C
 
 
 def inertia(X: np.ndarray, centers: np.ndarray) -> float:
@@ -319,8 +365,7 @@ def fit_private(X: np.ndarray, lower: np.ndarray, upper: np.ndarray, plan: KMean
         small = sum(len(b) < k for b in blocks)
         if small:
             raise ValueError(f"{small} of {m} blocks hold fewer than k={k} records; use fewer blocks or smaller k")
-        seeds = np_rng.integers(0, 2**63 - 1, size=m)
-        Z = run_blocks(X, blocks, lambda Xb, j: kmeans(Xb, k, np.random.default_rng(seeds[j]), iters=20)[0])
+        Z = block_kmeans(X, blocks, k, np_rng)
         anchors = public_anchors(k, lower, upper, anchor_seed)
         A = align_blocks(Z.reshape(m, k, -1), anchors)
         lo_v, hi_v = np.tile(lower, k), np.tile(upper, k)
