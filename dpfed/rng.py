@@ -43,6 +43,7 @@ class SecureRNG:
         # 16-byte nonce = 4-byte little-endian block counter + 12-byte nonce; start at zero.
         self._cipher = Cipher(algorithms.ChaCha20(key, b"\x00" * 16), mode=None).encryptor()
         self._lock = threading.Lock()
+        self._zeros = np.zeros(1 << 16, dtype=np.uint8)
         self.reproducible = _reproducible
 
     @classmethod
@@ -65,14 +66,27 @@ class SecureRNG:
     # -- raw material ------------------------------------------------------------------------
     def bytes(self, n: int) -> bytes:
         """``n`` keystream bytes."""
+        return self._stream(n).tobytes()
+
+    def _stream(self, n: int) -> np.ndarray:
+        """``n`` keystream bytes as a uint8 array (encrypts a cached zero buffer in place: the
+        same keystream as ``update(b"\\0" * n)`` without allocating two n-byte objects)."""
+        out = np.empty(n + 64, dtype=np.uint8)
         with self._lock:
-            return self._cipher.update(b"\x00" * n)
+            if self._zeros.size < n:
+                self._zeros = np.zeros(max(n, 2 * self._zeros.size), dtype=np.uint8)
+            written = self._cipher.update_into(memoryview(self._zeros)[:n], out)
+        assert written == n
+        return out[:n]
 
     def uint64(self, size: int | tuple[int, ...]) -> np.ndarray:
         """Uniform 64-bit unsigned integers."""
         count = int(np.prod(size)) if not isinstance(size, int) else size
-        out = np.frombuffer(self.bytes(8 * count), dtype="<u8").astype(np.uint64, copy=False)
-        return out.reshape(size)
+        return self._stream(8 * count).view("<u8").astype(np.uint64, copy=False).reshape(size)
+
+    def _uint32(self, count: int) -> np.ndarray:
+        """Uniform 32-bit unsigned integers (flat)."""
+        return self._stream(4 * count).view("<u4").astype(np.uint32, copy=False)
 
     # -- exact integer draws -----------------------------------------------------------------
     def integers(self, high: int | np.ndarray, size: int | tuple[int, ...] | None = None) -> np.ndarray:
@@ -103,17 +117,28 @@ class SecureRNG:
 
     def _integers_scalar(self, high: int, size: int | tuple[int, ...]) -> np.ndarray:
         count = int(np.prod(size)) if not isinstance(size, int) else size
-        limit = np.uint64(_TWO64 - (_TWO64 % high) - 1)  # accept x <= limit
-        h = np.uint64(high)
+        if high == 1:
+            return np.zeros(size, dtype=np.int64)
+        if high & (high - 1) == 0:  # power of two: mask, no rejection
+            mask = high - 1
+            if high <= 1 << 32:
+                return (self._uint32(count) & np.uint32(mask)).astype(np.int64).reshape(size)
+            return (self.uint64(count) & np.uint64(mask)).astype(np.int64).reshape(size)
+        if high <= 1 << 32:  # 32-bit words halve the keystream
+            words, limit, h = self._uint32, np.uint32((1 << 32) - ((1 << 32) % high) - 1), np.uint32(high)
+        else:
+            words, limit, h = self.uint64, np.uint64(_TWO64 - (_TWO64 % high) - 1), np.uint64(high)
         parts, have = [], 0
-        while have < count:
+        while have < count:  # accept x <= limit: exactly uniform, no modulo bias
             need = count - have
-            x = self.uint64(need + need // 16 + 8)
-            x = x[x <= limit][:need]
+            x = words(need)
+            if x.size and x.max() > limit:  # rare unless high is close to the word size
+                x = x[x <= limit]
             parts.append(x % h)
             have += x.size
         out = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        return out.astype(np.int64).reshape(size)
+        out = out.view(np.int64) if out.dtype == np.uint64 else out.astype(np.int64)
+        return out.reshape(size)
 
     def bernoulli_rational(self, num: np.ndarray, den: np.ndarray) -> np.ndarray:
         """Exact Bernoulli(num/den) for non-negative integer arrays with 0 < den < 2**63."""

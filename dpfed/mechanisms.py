@@ -1,0 +1,436 @@
+"""Differentially private mechanisms that return their output *and* what it spent.
+
+Every function returns a :class:`Release` whose ``event`` is a dp-accounting ``DpEvent`` describing
+the spend exactly or conservatively, so accounting never depends on a caller remembering.
+Neighbouring relation: add/remove one record, except randomized response (local DP: one person's
+value replaced, dp-accounting's ``REPLACE_ONE``).
+
+Floating-point safety (Mironov 2012): no float noise ever touches the output. Integer queries get
+exact discrete noise (:mod:`dpfed.samplers`); real vectors are rounded to a public grid 2^-k,
+the rounding error is added to the sensitivity (each coordinate moves by at most one grid step:
+L1 grows by d*2^-k, L2 by sqrt(d)*2^-k, as OpenDP's float-to-bigint does), exact discrete
+noise is added on the grid and the integer result is scaled back (post-processing).
+
+Event choices (each checked numerically in tests/test_mechanisms.py against dp-accounting):
+
+* discrete Laplace, integer L1 sensitivity S <= 4096: ``DiscreteLaplaceDpEvent(1/scale, S)`` (exact).
+  Larger S (the grid): ``LaplaceDpEvent(scale/(S+1))``. The discrete Laplace's privacy curve is
+  slightly *worse* than the continuous one at the same S (dp-accounting PLDs show it); it is
+  dominated by the continuous one at sensitivity S+1, so the scale is calibrated to (S+1)/epsilon.
+* discrete Gaussian (integer shifts, L2 sensitivity D): ``GaussianDpEvent(sigma/(D*(1+1/(4 sigma^2))))``.
+  The 1-D discrete Gaussian with integer shift 1 is mu-GDP with mu = (1 + ~1/(24 sigma^2))/sigma,
+  i.e. slightly *worse* than the continuous Gaussian (Euler-Maclaurin; verified with 80-digit
+  mpmath for sigma in [0.5, 10]); GDP composes across coordinates (Dong, Roth & Su 2019), so the
+  factor 1 + 1/(4 sigma^2) is a 4x-margin bound. The provable zCDP bound rho = D^2/(2 sigma^2)
+  (Canonne, Kamath & Steinke 2020, Thm. 14) is recorded in ``details["rho"]``.
+* exponential mechanism: ``DiscreteLaplaceDpEvent(epsilon, 1)``, whose privacy-loss
+  distribution is +-epsilon with probabilities e^eps/(1+e^eps), 1/(1+e^eps): the binary
+  randomized-response pair that dominates every pure epsilon-DP mechanism (Kairouz, Oh &
+  Viswanath 2015), valid under add/remove.
+* randomized response: ``RandomizedResponseDpEvent(k/(e^eps + k - 1), k)`` (REPLACE_ONE).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Mapping
+
+import numpy as np
+from dp_accounting import dp_event
+from scipy import special
+
+from dpfed.rng import SecureRNG
+from dpfed.samplers import (
+    MAX_GAUSSIAN_SIGMA,
+    _bernoulli_exp_qr,
+    laplace_fraction,
+    sample_discrete_gaussian,
+    sample_discrete_laplace,
+)
+
+__all__ = [
+    "Release",
+    "laplace",
+    "gaussian",
+    "discrete_laplace",
+    "discrete_gaussian",
+    "exponential",
+    "randomized_response",
+    "rr_frequencies",
+    "gaussian_sigma",
+]
+
+_GRID_REL = 2.0**-20          # target: rounding inflates the sensitivity by at most ~1e-6
+_MAX_GRID_SCALE = 2.0**50     # discrete Laplace scale on the grid (samplers allow 2**52)
+_MAX_GRID_INT = 2.0**61       # |value| / 2^-k must stay below this (int64 headroom for noise)
+_EXACT_DLAP_MAX_S = 4096      # DiscreteLaplaceDpEvent PLDs enumerate ~S points
+_EPS_DEN = 2**20              # epsilon as a rational with this denominator (rounded down)
+
+
+@dataclass(frozen=True)
+class Release:
+    """A mechanism's output ``value`` and the ``event`` (dp-accounting) describing its spend.
+
+    ``details`` holds the calibration actually used (grid bits, sensitivity on the grid, noise
+    scale, provable zCDP rho, ...) for audit logs; it never contains data values.
+    """
+
+    value: Any
+    event: dp_event.DpEvent
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+# -- validation ---------------------------------------------------------------------------------
+def _positive(x: Any, name: str) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number") from None
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{name} must be a positive finite number")
+    return v
+
+
+def _real_array(value: Any) -> np.ndarray:
+    try:
+        x = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("value must be a real number or array of real numbers") from None
+    if not np.all(np.isfinite(x)):
+        raise ValueError("value contains NaN or infinity; clamp to public bounds first")
+    return x
+
+
+def _int_array(value: Any) -> np.ndarray:
+    x = np.asarray(value)
+    if x.dtype.kind in "iub":
+        return x.astype(np.int64)
+    if x.dtype.kind == "f":
+        if not np.all(np.isfinite(x)):
+            raise ValueError("value contains NaN or infinity")
+        if np.all(x == np.round(x)) and np.all(np.abs(x) < 2.0**62):
+            return x.astype(np.int64)
+    raise ValueError("discrete mechanisms need integer-valued input (counts); "
+                     "use laplace()/gaussian() for real values")
+
+
+def _grid_bits_check(grid_bits: int | None) -> int | None:
+    if grid_bits is None:
+        return None
+    if int(grid_bits) != grid_bits or not -1000 <= grid_bits <= 1000:
+        raise ValueError("grid_bits must be an integer in [-1000, 1000]")
+    return int(grid_bits)
+
+
+def _to_grid(x: np.ndarray, k: int) -> np.ndarray:
+    """round(x * 2^k) as int64; x * 2^k is exact in binary floating point."""
+    scaled = np.ldexp(x, k)
+    if scaled.size and np.max(np.abs(scaled)) >= _MAX_GRID_INT:
+        raise ValueError(f"values too large for the public grid 2^-{k}: clamp them to public bounds "
+                         "or pass a smaller grid_bits")
+    return np.rint(scaled).astype(np.int64)
+
+
+def _from_grid(z: np.ndarray, k: int) -> np.ndarray:
+    return np.ldexp(z.astype(np.float64), -k)
+
+
+def _checked_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    out = a + b
+    if np.any(((a ^ out) & (b ^ out)) < 0):  # signed overflow (probability < e^-500)
+        raise OverflowError("noisy value overflowed int64; nothing was released")
+    return out
+
+
+def _down(x: float) -> float:
+    return float(np.nextafter(x, 0.0))
+
+
+def _up(x: float) -> float:
+    return float(np.nextafter(x, np.inf))
+
+
+# -- Laplace ------------------------------------------------------------------------------------
+def _dlap_event(scale: Fraction, sens: int) -> dp_event.DpEvent:
+    if sens <= _EXACT_DLAP_MAX_S:
+        return dp_event.DiscreteLaplaceDpEvent(noise_parameter=_up(float(1 / scale)), sensitivity=sens)
+    return dp_event.LaplaceDpEvent(noise_multiplier=_down(float(scale / (sens + 1))))
+
+
+def _dlap_scale(sens: int, epsilon: float) -> Fraction:
+    """Scale for integer sensitivity ``sens``: S/eps when the exact event is used, else (S+1)/eps."""
+    s = sens if sens <= _EXACT_DLAP_MAX_S else sens + 1
+    return laplace_fraction(Fraction(s) / Fraction(epsilon))
+
+
+def discrete_laplace(value, *, sensitivity: int, epsilon: float, rng: SecureRNG) -> Release:
+    """Exact discrete Laplace (two-sided geometric) mechanism for integer queries (Ghosh,
+    Roughgarden & Sundararajan 2009; sampler CKS20 Alg. 2): value + Z, P(Z=z) ∝ exp(-eps|z|/S),
+    ``sensitivity`` S = integer L1 sensitivity. Output: int64 array of the input's shape."""
+    x = _int_array(value)
+    eps = _positive(epsilon, "epsilon")
+    if int(sensitivity) != sensitivity or sensitivity < 1:
+        raise ValueError("discrete_laplace needs a positive integer sensitivity")
+    sens = int(sensitivity)
+    scale = _dlap_scale(sens, eps)
+    noise = sample_discrete_laplace(scale, x.shape, rng)
+    out = _checked_add(x, noise)
+    return Release(out if out.ndim else int(out), _dlap_event(scale, sens),
+                   {"scale": float(scale), "sensitivity": sens, "epsilon": eps})
+
+
+def _laplace_grid_bits(sensitivity: float, epsilon: float, d: int) -> int:
+    # rounding adds d * 2^-k to the L1 sensitivity: aim for d*2^-k <= 2^-20 * sensitivity ...
+    k = math.ceil(math.log2(d / (_GRID_REL * sensitivity)))
+    # ... but keep the grid scale (S+1)/eps = (sens*2^k + d + 1)/eps below 2^50
+    room = _MAX_GRID_SCALE * epsilon - d - 1
+    if room <= 0:
+        raise ValueError("too many coordinates for this epsilon: d/epsilon exceeds 2^50")
+    return min(k, math.floor(math.log2(room / sensitivity)))
+
+
+def laplace(value, *, sensitivity: float, epsilon: float, rng: SecureRNG,
+            grid_bits: int | None = None) -> Release:
+    """Floating-point-safe Laplace mechanism for a real vector with L1 ``sensitivity``.
+
+    Mironov (2012) safe: round to the public grid 2^-k (k from sensitivity, epsilon and the
+    dimension d when ``grid_bits`` is None), integer sensitivity S = floor(sens*2^k) + d, exact
+    discrete Laplace of scale (S[+1])/eps on the grid, scale back. Satisfies epsilon-DP.
+    """
+    x = _real_array(value)
+    sens = _positive(sensitivity, "sensitivity")
+    eps = _positive(epsilon, "epsilon")
+    d = max(x.size, 1)
+    k = _grid_bits_check(grid_bits)
+    if k is None:
+        k = _laplace_grid_bits(sens, eps, d)
+    sens_grid = math.floor(math.ldexp(sens, k)) + d  # ||round(x) - round(x')||_1 <= this integer
+    if sens_grid >= 2**52:
+        raise ValueError("sensitivity too large for the chosen grid; pass a smaller grid_bits")
+    scale = _dlap_scale(sens_grid, eps)
+    ints = _to_grid(x, k)
+    noisy = _checked_add(ints, sample_discrete_laplace(scale, x.shape, rng))
+    out = _from_grid(noisy, k)
+    details = {"grid_bits": k, "sensitivity_on_grid": sens_grid, "scale": math.ldexp(float(scale), -k),
+               "epsilon": eps}
+    return Release(out if out.ndim else float(out), _dlap_event(scale, sens_grid), details)
+
+
+# -- Gaussian -----------------------------------------------------------------------------------
+def _analytic_delta(sigma: float, epsilon: float, sens: float) -> float:
+    """delta(eps) of the Gaussian mechanism (Balle & Wang 2018, Thm. 8):
+    Phi(D/(2s) - eps*s/D) - e^eps Phi(-D/(2s) - eps*s/D)."""
+    a = sens / (2 * sigma)
+    b = epsilon * sigma / sens
+    return float(special.ndtr(a - b) - math.exp(epsilon + special.log_ndtr(-a - b)))
+
+
+def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0,
+                   analytic: bool = True) -> float:
+    """Noise standard deviation for (epsilon, delta)-DP with L2 ``sensitivity``.
+
+    analytic=True: the smallest sigma with delta(sigma) <= delta (Balle & Wang 2018, Alg. 1),
+    found by bracketing and bisection; the returned value always satisfies the bound.
+    analytic=False: the classic sqrt(2 ln(1.25/delta)) * sensitivity / epsilon (Dwork & Roth
+    2014, Thm. A.1), which is only valid for epsilon < 1.
+    """
+    eps = _positive(epsilon, "epsilon")
+    dlt = _positive(delta, "delta")
+    if dlt >= 1:
+        raise ValueError("delta must lie in (0, 1)")
+    sens = _positive(sensitivity, "sensitivity")
+    if not analytic:
+        if eps >= 1:
+            raise ValueError("the classic Gaussian calibration needs epsilon < 1 "
+                             "(Dwork & Roth Thm. A.1); use analytic=True")
+        return math.sqrt(2 * math.log(1.25 / dlt)) * sens / eps
+    lo, hi = sens * 1e-3, sens
+    while _analytic_delta(hi, eps, sens) > dlt:
+        lo, hi = hi, hi * 2
+        if hi > sens * 1e12:
+            raise ValueError("delta too small to calibrate")
+    while _analytic_delta(lo, eps, sens) <= dlt:
+        hi, lo = lo, lo / 2
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if _analytic_delta(mid, eps, sens) <= dlt:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-13 * hi:
+            break
+    return hi
+
+
+def _dgauss_event(sigma: float, sens: float) -> tuple[dp_event.DpEvent, float]:
+    factor = 1.0 + 1.0 / (4.0 * sigma * sigma)
+    return dp_event.GaussianDpEvent(noise_multiplier=_down(sigma / (_up(sens) * factor))), \
+        _up(sens * sens / (2 * sigma * sigma))
+
+
+def discrete_gaussian(value, *, sensitivity: float, sigma: float, rng: SecureRNG) -> Release:
+    """Exact discrete Gaussian mechanism for integer vectors with L2 ``sensitivity`` (CKS20):
+    value + Z, P(Z=z) ∝ exp(-||z||²/(2 sigma²)). Output: int64 array of the input's shape."""
+    x = _int_array(value)
+    sens = _positive(sensitivity, "sensitivity")
+    sig = _positive(sigma, "sigma")
+    noisy = _checked_add(x, sample_discrete_gaussian(sig, x.shape, rng))
+    event, rho = _dgauss_event(sig, sens)
+    return Release(noisy if noisy.ndim else int(noisy), event,
+                   {"sigma": sig, "sensitivity": sens, "rho": rho})
+
+
+def gaussian(value, *, sensitivity: float, rng: SecureRNG, sigma: float | None = None,
+             epsilon: float | None = None, delta: float | None = None, analytic: bool = True,
+             grid_bits: int | None = None) -> Release:
+    """Floating-point-safe Gaussian mechanism for a real vector with L2 ``sensitivity``.
+
+    Give ``sigma``, or ``epsilon`` and ``delta`` (calibrated by :func:`gaussian_sigma` against the
+    grid-inflated sensitivity). Rounds to the public grid 2^-k, L2 sensitivity on the grid
+    sens*2^k + sqrt(d), exact discrete Gaussian noise of sigma*2^k, scales back.
+    ``event = GaussianDpEvent(sigma_g / (sens_g (1 + 1/(4 sigma_g^2))))``; see the module notes.
+    """
+    x = _real_array(value)
+    sens = _positive(sensitivity, "sensitivity")
+    d = max(x.size, 1)
+    if sigma is None:
+        if epsilon is None or delta is None:
+            raise ValueError("give sigma, or both epsilon and delta")
+    elif epsilon is not None or delta is not None:
+        raise ValueError("give sigma or (epsilon, delta), not both")
+    else:
+        sigma = _positive(sigma, "sigma")
+    k = _grid_bits_check(grid_bits)
+    if k is None:
+        # sqrt(d) * 2^-k <= 2^-20 * sens, but sigma * 2^k <= 2^27 (sampler limit 2^28)
+        k = math.ceil(math.log2(math.sqrt(d) / (_GRID_REL * sens)))
+        sig_est = sigma if sigma is not None else gaussian_sigma(
+            epsilon=epsilon, delta=delta, sensitivity=sens * (1 + _GRID_REL), analytic=analytic)
+        k = min(k, math.floor(math.log2(MAX_GAUSSIAN_SIGMA / 2 / sig_est)))
+    sens_grid = _up(_up(math.ldexp(sens, k)) + _up(math.sqrt(d)))  # L2 of round(x)-round(x')
+    if sigma is None:
+        sens_real = math.ldexp(sens_grid, -k)
+        sig0 = gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=sens_real, analytic=analytic)
+        sig0_g = math.ldexp(sig0, k)
+        sigma = sig0 * (1 + 1 / (4 * sig0_g * sig0_g))  # absorb the discretisation factor
+    sigma_grid = math.ldexp(sigma, k)
+    if sigma_grid > MAX_GAUSSIAN_SIGMA:
+        raise ValueError("sigma too large for the chosen grid; pass a smaller grid_bits")
+    ints = _to_grid(x, k)
+    noisy = _checked_add(ints, sample_discrete_gaussian(sigma_grid, x.shape, rng))
+    out = _from_grid(noisy, k)
+    event, rho = _dgauss_event(sigma_grid, sens_grid)
+    details = {"grid_bits": k, "sensitivity_on_grid": sens_grid, "sigma": sigma, "rho": rho}
+    if epsilon is not None:
+        details.update(epsilon=float(epsilon), delta=float(delta))
+    return Release(out if out.ndim else float(out), event, details)
+
+
+# -- exponential mechanism -----------------------------------------------------------------------
+def _eps_fraction(epsilon: float) -> Fraction:
+    """epsilon as a rational with denominator <= 2^20, rounded down (never more privacy loss)."""
+    f = Fraction(epsilon)
+    if f.denominator > _EPS_DEN:
+        f = Fraction(math.floor(f * _EPS_DEN), _EPS_DEN)
+    if f <= 0:
+        raise ValueError("epsilon below 2^-20 is not supported")
+    return f
+
+
+def exponential(scores, *, sensitivity: float, epsilon: float, rng: SecureRNG,
+                monotonic: bool = False) -> Release:
+    """Exponential mechanism (McSherry & Talwar 2007): index i with probability
+    ∝ exp(eps * q_i / (2 * sensitivity)) (``monotonic=True``: / sensitivity, valid when every
+    score moves in the same direction between neighbours). epsilon-DP.
+
+    Exact: scores are rounded to the public grid sensitivity*2^-20 (sensitivity grows by one
+    step), then a uniform proposal i is accepted with exact probability
+    exp(-eps (q_max - q_i) / (c * sens)) (CKS20 Alg. 1): rejection sampling from the exact law.
+    """
+    q = _real_array(scores)
+    if q.ndim != 1 or q.size == 0:
+        raise ValueError("scores must be a non-empty 1-D array")
+    sens = _positive(sensitivity, "sensitivity")
+    eps = _positive(epsilon, "epsilon")
+    e = _eps_fraction(eps)
+    k = 20 - math.frexp(sens)[1]  # sens * 2^k in [2^19, 2^20)
+    s = _to_grid(q, k)
+    sens_grid = math.floor(math.ldexp(sens, k)) + 1
+    c = 1 if monotonic else 2
+    den = e.denominator * c * sens_grid  # gamma_i = e_num (s_max - s_i) / den
+    gap = (int(s.max()) - s).astype(object) * e.numerator
+    qr = [divmod(int(v), den) for v in gap]
+    qq = np.array([min(a, 2**62) for a, _ in qr], dtype=np.int64)  # e^-(2^62): unreachable
+    rr = np.array([b for _, b in qr], dtype=np.int64)
+    n = q.size
+    batch = int(min(max(64, 2 * n), 1 << 20))
+    while True:
+        idx = rng.integers(n, batch)
+        ok = _bernoulli_exp_qr(qq[idx], rr[idx], den, rng)
+        hit = np.flatnonzero(ok)
+        if hit.size:
+            choice = int(idx[hit[0]])
+            break
+    event = dp_event.DiscreteLaplaceDpEvent(noise_parameter=eps, sensitivity=1)
+    return Release(choice, event, {"epsilon": eps, "grid_bits": k, "monotonic": monotonic})
+
+
+# -- randomized response ------------------------------------------------------------------------
+def _rr_probs(k: int, epsilon: float) -> tuple[float, float]:
+    e = float(_eps_fraction(epsilon))
+    z = math.exp(e) + k - 1
+    return math.exp(e) / z, 1.0 / z
+
+
+def randomized_response(values, *, k: int, epsilon: float, rng: SecureRNG) -> Release:
+    """k-ary (generalised) randomized response, each value in {0..k-1} (Warner 1965; Kairouz,
+    Oh & Viswanath 2016 for k > 2): keep with probability e^eps/(e^eps + k - 1), else report one
+    of the other k - 1 values uniformly. epsilon-local-DP per value (replace-one).
+
+    Exact: propose y uniform in {0..k-1}; accept y = v always and y != v with probability
+    exp(-eps) (CKS20 Alg. 1 on rational eps, rounded down to denominator 2^20).
+    """
+    if int(k) != k or k < 2:
+        raise ValueError("k must be an integer >= 2")
+    k = int(k)
+    eps = _positive(epsilon, "epsilon")
+    v = _int_array(values)
+    if v.size and (v.min() < 0 or v.max() >= k):
+        raise ValueError(f"values must lie in 0..{k - 1}")
+    e = _eps_fraction(eps)
+    flat = v.ravel()
+    out = np.empty_like(flat)
+    pending = np.arange(flat.size)
+    while pending.size:
+        y = rng.integers(k, pending.size)
+        same = y == flat[pending]
+        m = pending.size
+        acc = same | _bernoulli_exp_qr(np.full(m, e.numerator // e.denominator, np.int64),
+                                       np.full(m, e.numerator % e.denominator, np.int64),
+                                       e.denominator, rng)
+        out[pending[acc]] = y[acc]
+        pending = pending[~acc]
+    p = k / (math.exp(eps) + k - 1)  # dp-accounting: prob. of a uniformly random bucket
+    event = dp_event.RandomizedResponseDpEvent(noise_parameter=_down(p), num_buckets=k)
+    res = out.reshape(v.shape)
+    return Release(res if res.ndim else int(res), event, {"epsilon": eps, "k": k})
+
+
+def rr_frequencies(responses, *, k: int, epsilon: float) -> np.ndarray:
+    """Unbiased estimate of the true frequency of each category from GRR responses:
+    pi_v = (f_v - q) / (p - q), f the observed frequencies, p = e^eps/(e^eps+k-1), q = 1/(e^eps+k-1)
+    (Wang et al. 2017, "Locally differentially private protocols for frequency estimation", eq. 2).
+    Uses the same rational epsilon as :func:`randomized_response`, so it is exactly unbiased."""
+    if int(k) != k or k < 2:
+        raise ValueError("k must be an integer >= 2")
+    k = int(k)
+    eps = _positive(epsilon, "epsilon")
+    r = _int_array(responses).ravel()
+    if r.size == 0:
+        raise ValueError("no responses")
+    if r.min() < 0 or r.max() >= k:
+        raise ValueError(f"responses must lie in 0..{k - 1}")
+    p, q = _rr_probs(k, eps)
+    f = np.bincount(r, minlength=k) / r.size
+    return (f - q) / (p - q)

@@ -1,0 +1,276 @@
+"""Exact discrete samplers (Canonne, Kamath & Steinke 2020, "The Discrete Gaussian for DP").
+
+Only integer arithmetic on uniform random integers from :class:`dpfed.rng.SecureRNG`: no floating
+point touches a sample, so the output law is exactly the stated pmf (Mironov 2012's attack has
+nothing to exploit). Every algorithm is a *masked* rejection loop over the whole array: each round
+draws for the still-pending entries only, so the number of numpy passes is logarithmic in the size.
+
+* :func:`bernoulli_exp`            -- CKS20 Algorithm 1, exact Bernoulli(exp(-num/den)).
+* :func:`sample_discrete_laplace`  -- CKS20 Algorithm 2, P(x) ∝ exp(-|x|/scale) on Z.
+* :func:`sample_discrete_gaussian` -- CKS20 Algorithm 3, P(x) ∝ exp(-x²/(2σ²)) on Z.
+
+Parameters are turned into rationals with bounded denominators, always rounding the noise scale
+*up* (more noise, never less privacy); a parameter that would overflow int64 raises ValueError.
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from dpfed.rng import SecureRNG
+
+__all__ = [
+    "bernoulli_exp",
+    "sample_discrete_laplace",
+    "sample_discrete_gaussian",
+    "laplace_fraction",
+    "gaussian_fraction",
+    "MAX_LAPLACE_SCALE",
+    "MAX_GAUSSIAN_SIGMA",
+]
+
+MAX_LAPLACE_SCALE = 2**52   # numerator t of scale t/s; t*(V+1) stays far below 2**63
+MAX_GAUSSIAN_SIGMA = 2**28  # 2*sigma**2 * cd**2 <= 2**58 keeps every product in int64
+_LAPLACE_MAX_DEN = 2**20    # denominator bound for rational scales (rounded up)
+_GAUSS_DEN_TARGET = 2**52   # CKS Alg. 3 acceptance denominator 2*t*cn*cd kept <= this
+_FACT12 = math.factorial(12)  # 479001600 < 2**32: one 32-bit draw decides 12 steps of Alg. 1
+_FACT_THRESH = np.array([_FACT12 // math.factorial(k) for k in range(1, 13)], dtype=np.int64)
+
+
+def _size_tuple(size: int | tuple[int, ...]) -> tuple[int, ...]:
+    if isinstance(size, (int, np.integer)):
+        if size < 0:
+            raise ValueError("size must be non-negative")
+        return (int(size),)
+    size = tuple(int(s) for s in size)
+    if any(s < 0 for s in size):
+        raise ValueError("size must be non-negative")
+    return size
+
+
+def _bits(rng: SecureRNG, n: int) -> np.ndarray:
+    """``n`` fair coins (bool array) from ceil(n/8) keystream bytes."""
+    raw = np.frombuffer(rng.bytes((n + 7) // 8), dtype=np.uint8)
+    return np.unpackbits(raw, count=n).astype(bool)
+
+
+def _bernoulli_exp_minus_one(rng: SecureRNG, n: int) -> np.ndarray:
+    """``n`` exact Bernoulli(exp(-1)) draws (CKS20 Alg. 1 with gamma = 1).
+
+    Alg. 1 stops at the first K with Bernoulli(1/K) = 0 and returns [K odd]; P(K > k) = 1/k!.
+    One uniform M in [0, 12!) decides the first 12 steps at once (K > k  <=>  M < 12!/k!, exact
+    because k! divides 12!); the 1 in 12! chains that survive continue one step at a time.
+    """
+    m = rng.integers(_FACT12, n)
+    # K = 2 <=> M in [12!/2, 12!) (even); K = 3 <=> M in [12!/6, 12!/2) (odd); 1/24 go on
+    out = (m < _FACT_THRESH[1]) & (m >= _FACT_THRESH[2])
+    rest = np.flatnonzero(m < _FACT_THRESH[3])
+    if rest.size:
+        # K = 1 + #{k in 1..12 : M < 12!/k!}   (thresholds decrease in k)
+        k = 1 + np.searchsorted(-_FACT_THRESH, -m[rest], side="right")
+        long = np.flatnonzero(k > 12)
+        if long.size:  # probability 1/12! per draw: continue Algorithm 1 sequentially
+            kk = np.full(long.size, 13, dtype=np.int64)
+            pending = np.arange(long.size)
+            while pending.size:
+                a = rng.integers(kk[pending]) < 1  # Bernoulli(1/K)
+                pending = pending[a]
+                kk[pending] += 1
+            k[long] = kk
+        out[rest] = (k & 1).astype(bool)
+    return out
+
+
+def _geometric_exp_minus_one(rng: SecureRNG, n: int) -> np.ndarray:
+    """V >= 0 with P(V = v) = (1 - e^-1) e^-v: count Bernoulli(e^-1) successes before a failure."""
+    v = np.zeros(n, dtype=np.int64)
+    pending = np.arange(n)
+    while pending.size:
+        ok = _bernoulli_exp_minus_one(rng, pending.size)
+        pending = pending[ok]
+        v[pending] += 1
+    return v
+
+
+def _bernoulli_exp_qr(q: np.ndarray | None, r: np.ndarray, den: int | np.ndarray,
+                      rng: SecureRNG) -> np.ndarray:
+    """Exact Bernoulli(exp(-(q + r/den))) for int64 arrays q >= 0, 0 <= r < den < 2**62.
+
+    exp(-(q + r/den)) = exp(-1)**q * exp(-r/den): q independent Bernoulli(e^-1) coins must all
+    succeed, then CKS20 Alg. 1 on gamma = r/den in [0, 1): K = 1, 2, ... while
+    Bernoulli(gamma/K) = 1, return [K odd]. ``den`` is a scalar (fast path) or an array.
+    """
+    n = r.size
+    out = np.ones(n, dtype=bool)
+    scalar = np.ndim(den) == 0
+    den_max = int(den) if scalar else int(np.max(den, initial=1))
+    # integer part: each pending entry needs `left` more e^-1 successes (q None means all zero)
+    pending = np.flatnonzero(q > 0) if q is not None else ()
+    if len(pending):
+        left = q[pending]
+        while pending.size:
+            ok = _bernoulli_exp_minus_one(rng, pending.size)
+            out[pending[~ok]] = False
+            pending, left = pending[ok], left[ok] - 1
+            more = left > 0
+            pending, left = pending[more], left[more]
+    # fractional part, only where the integer part succeeded; r == 0 stops at K = 1 (odd)
+    k = 1
+    if q is None and scalar:  # first step on the whole array, without index bookkeeping
+        a = rng.integers(den_max, n) < r
+        pending = np.flatnonzero(a)
+        rp = r[pending]
+        k = 2
+    else:
+        pending = np.flatnonzero(out & (r > 0))
+        rp = r[pending]
+    dp = None if scalar else den[pending]
+    while pending.size:
+        if den_max <= (2**62) // k:  # Bernoulli(r / (den*k)) in one draw
+            a = rng.integers(den_max * k if scalar else dp * k, pending.size) < rp
+        else:  # product would overflow: Bernoulli(r/den) AND Bernoulli(1/k), still exact
+            a = rng.integers(den_max if scalar else dp, pending.size) < rp
+            a &= rng.integers(k, pending.size) < 1
+        if k % 2 == 0:  # stopping at an even K returns 0
+            out[pending[~a]] = False
+        pending, rp = pending[a], rp[a]
+        if not scalar:
+            dp = dp[a]
+        k += 1
+    return out
+
+
+def bernoulli_exp(gamma_num, gamma_den, rng: SecureRNG) -> np.ndarray:
+    """Exact Bernoulli(exp(-num/den)), vectorised (CKS20 Algorithm 1 plus the integer split).
+
+    ``gamma_num >= 0`` and ``0 < gamma_den < 2**62`` are integers or int64 arrays (broadcast).
+    """
+    num = np.asarray(gamma_num)
+    den = np.asarray(gamma_den)
+    if num.dtype.kind not in "iu" or den.dtype.kind not in "iu":
+        raise ValueError("bernoulli_exp needs integer numerators and denominators")
+    num, den = np.broadcast_arrays(num.astype(np.int64), den.astype(np.int64))
+    if np.any(num < 0) or np.any(den <= 0) or np.any(den >= 2**62):
+        raise ValueError("bernoulli_exp needs num >= 0 and 0 < den < 2**62")
+    shape = num.shape
+    num, den = num.ravel(), den.ravel()
+    return _bernoulli_exp_qr(num // den, num % den, den, rng).reshape(shape)
+
+
+def _check_positive_param(x: float | Fraction, name: str) -> Fraction:
+    if isinstance(x, Fraction):
+        f = x
+    else:
+        xf = float(x)
+        if not math.isfinite(xf):
+            raise ValueError(f"{name} must be finite")
+        f = Fraction(xf)
+    if f <= 0:
+        raise ValueError(f"{name} must be positive")
+    return f
+
+
+def _ceil_fraction(x: Fraction, max_den: int) -> Fraction:
+    """Smallest p/max_den >= x, unless x already has a denominator <= max_den."""
+    if x.denominator <= max_den:
+        return x
+    return Fraction(-((-x.numerator * max_den) // x.denominator), max_den)
+
+
+def laplace_fraction(scale: float | Fraction) -> Fraction:
+    """The rational scale t/s >= ``scale`` actually used by :func:`sample_discrete_laplace`."""
+    f = _check_positive_param(scale, "scale")
+    f = _ceil_fraction(f, _LAPLACE_MAX_DEN if f < 2**30 else 1)
+    if f.numerator > MAX_LAPLACE_SCALE:
+        raise ValueError(f"discrete Laplace scale too large for exact int64 sampling (max 2**52)")
+    return f
+
+
+def sample_discrete_laplace(scale: float | Fraction, size: int | tuple[int, ...],
+                            rng: SecureRNG) -> np.ndarray:
+    """Exact discrete Laplace: P(x) = (1-e^{-1/b})/(1+e^{-1/b}) exp(-|x|/b), b = scale (CKS20 Alg. 2).
+
+    ``scale`` is rounded *up* to a rational t/s with s <= 2**20 (exact for dyadic floats like
+    2**-k multiples and integers); the scale actually used is :func:`laplace_fraction`.
+    """
+    frac = laplace_fraction(scale)
+    shape = _size_tuple(size)
+    n = int(np.prod(shape))
+    parts, have = [], 0
+    while have < n:
+        need = n - have
+        # oversample by the acceptance rate (>= 0.58 when t > 1, see _laplace_candidates)
+        got = _laplace_candidates(frac.numerator, frac.denominator, need + need // 2 + 16, rng)
+        parts.append(got[:need])
+        have += min(need, got.size)
+    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return out.reshape(shape)
+
+
+def _laplace_candidates(t: int, s: int, m: int, rng: SecureRNG) -> np.ndarray:
+    """One vectorised pass of CKS20 Alg. 2 over ``m`` proposals; returns the accepted ones
+    (i.i.d. discrete Laplace with scale t/s, in random order, so any prefix is exact too)."""
+    if t > 1:
+        # U on [0, t) with P(U = u) ∝ exp(-u/t): uniform U kept with probability exp(-U/t)
+        u = rng.integers(t, m)
+        u = u[_bernoulli_exp_qr(None, u, t, rng)]
+    else:
+        u = np.zeros(m, dtype=np.int64)
+    v = _geometric_exp_minus_one(rng, u.size)
+    x = u + t * v          # P(X = x) ∝ exp(-x/t)
+    y = x // s if s > 1 else x   # geometric with ratio exp(-s/t)
+    b = _bits(rng, y.size)
+    ok = ~(b & (y == 0))   # reject "-0" so zero is not counted twice
+    y, b = y[ok], b[ok]
+    return np.where(b, -y, y)
+
+
+def gaussian_fraction(sigma: float | Fraction) -> tuple[int, Fraction]:
+    """(t, c): the CKS20 Alg. 3 proposal scale t = floor(sigma)+1 and the rational c = cn/cd with
+    sigma'^2 = t * c >= sigma^2 (rounded up, cd a power of two keeping 2*t*cn*cd <= 2**52)."""
+    f = _check_positive_param(sigma, "sigma")
+    if f > MAX_GAUSSIAN_SIGMA:
+        raise ValueError("discrete Gaussian sigma too large for exact int64 sampling (max 2**28)")
+    var = f * f
+    t = math.floor(f) + 1
+    cd = 1
+    while 2 * var * (2 * cd) ** 2 <= _GAUSS_DEN_TARGET:
+        cd *= 2
+    cn = -((-var.numerator * cd) // (var.denominator * t))  # ceil(var * cd / t)
+    return t, Fraction(cn, cd)
+
+
+def sample_discrete_gaussian(sigma: float | Fraction, size: int | tuple[int, ...],
+                             rng: SecureRNG) -> np.ndarray:
+    """Exact discrete Gaussian P(x) ∝ exp(-x²/(2σ²)) on Z (CKS20 Algorithm 3).
+
+    Proposal Y ~ discrete Laplace(t), accepted with probability exp(-(|Y| - σ²/t)²/(2σ²)).
+    σ² is rounded up to t*cn/cd (relative increase below 2**-20 for σ >= 1; see
+    :func:`gaussian_fraction`), so the law sampled has variance parameter >= the requested one.
+    """
+    t, c = gaussian_fraction(sigma)
+    cn, cd = c.numerator, c.denominator
+    den_val = 2 * t * cn * cd  # gamma = (|Y| cd - cn)^2 / (2 t cn cd)
+    if den_val >= 2**62:
+        raise ValueError("discrete Gaussian parameters overflow int64")
+    shape = _size_tuple(size)
+    n = int(np.prod(shape))
+    parts, have = [], 0
+    while have < n:
+        need = n - have
+        # acceptance rate of Alg. 3 with t = floor(sigma)+1 is >= 0.6 for sigma >= 1
+        m = need + need * 3 // 4 + 16
+        y = sample_discrete_laplace(t, m, rng)
+        diff = np.abs(y) * cd - cn
+        big = np.abs(diff) >= 3_000_000_000  # diff**2 would overflow int64: exact Python ints
+        sq = np.where(big, 0, diff) ** 2
+        q, r = sq // den_val, sq % den_val
+        for i in np.flatnonzero(big):
+            q[i], r[i] = divmod(int(diff[i]) ** 2, den_val)
+        got = y[_bernoulli_exp_qr(q, r, den_val, rng)][:need]
+        parts.append(got)
+        have += got.size
+    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return out.reshape(shape)
