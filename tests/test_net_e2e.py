@@ -124,3 +124,19 @@ def test_deployment_through_the_cli(tmp_path, capsys):
         for p in procs:
             p.wait(timeout=15)
     assert coord.returncode == 0
+
+
+def test_naive_bayes_on_adult_over_grpc():
+    """The issue's main job: 5 party processes, mutual TLS, naive Bayes on adult at epsilon 1."""
+    pytest.importorskip("dpfed.mechanisms")
+    from dpfed.algorithms import get_algorithm
+    from dpfed.datasets import load_dataset, split_parties
+
+    algo = get_algorithm("naive-bayes")
+    ds = load_dataset("adult")
+    data = split_parties(ds.X_train, ds.y_train, 5, "iid", np.random.default_rng(0))
+    spec = JobSpec("nb-e2e", "naive-bayes", {"epsilon": 1.0, "delta": algo.default_delta}, ds.schema)
+    res = run_grpc_simulation(spec, data, seed=0)
+    assert res.epsilon_spent <= 1.0 * (1 + 1e-9) and res.epsilon_spent > 0.9
+    # non-private naive Bayes reaches about 0.836; at epsilon 1 with seed 0 we measured 0.83
+    assert algo.evaluate(res.model, ds.X_test, ds.y_test, ds.schema)["test_accuracy"] > 0.80
