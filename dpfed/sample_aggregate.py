@@ -31,6 +31,9 @@ from typing import Callable
 import numpy as np
 from scipy import special, stats
 
+from dp_accounting import dp_event
+
+from dpfed import accounting
 from dpfed.rng import SecureRNG
 
 __all__ = [
@@ -38,6 +41,7 @@ __all__ = [
     "center_of_attention", "smooth_sensitivity_bounds", "smooth_sensitivity",
     "GaussianSmoothParams", "gaussian_sliding_delta", "gaussian_dilation_delta", "gaussian_smooth_params",
     "SmoothRelease", "center_of_attention_release", "clamped_mean_release", "MeanRelease",
+    "gaussian_noise_multiplier", "sample_and_aggregate",
 ]
 
 
@@ -295,3 +299,42 @@ def clamped_mean_release(Z: np.ndarray, *, lower: np.ndarray, upper: np.ndarray,
     std = noise_multiplier * sens
     value = np.clip(Z.mean(axis=0) + rng.normal(p, scale=std), lower, upper)
     return MeanRelease(value=value, noise_std=std, l2_sensitivity=sens)
+
+
+@functools.lru_cache(maxsize=128)
+def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
+    """Smallest z (to 1e-4 relative) whose single Gaussian release, ``GaussianDpEvent(z)``, has PLD
+    epsilon <= ``epsilon`` at ``delta``."""
+    ok = lambda z: accounting.epsilon(dp_event.GaussianDpEvent(z), delta) <= epsilon  # noqa: E731
+    lo, hi = 1e-3, 1.0
+    while not ok(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1e-4 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def sample_and_aggregate(X: np.ndarray, estimator: Callable[[np.ndarray, int], np.ndarray], *, blocks: int,
+                         lower: np.ndarray, upper: np.ndarray, epsilon: float, delta: float, rng: SecureRNG,
+                         aggregator: str = "coa") -> tuple[np.ndarray, dp_event.DpEvent]:
+    """NRS07 Sec. 4 for any estimator with a vector answer in the public box [lower, upper]:
+    split X into ``blocks`` independent blocks, run ``estimator(X_block, j)`` on each, clamp the
+    answers to the box, and release their center of attention (smooth-sensitivity Gaussian noise,
+    ``aggregator="coa"``) or their clamped mean (``"mean"``, GUPT). Returns (value, event); the
+    event, charged before release by the caller, is exactly (epsilon, delta) by the PLD accountant.
+    The number of blocks must be public (fixed in advance, not computed from len(X))."""
+    lower, upper = np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
+    parts = assign_blocks(len(X), blocks, rng.numpy())
+    Z = run_blocks(X, parts, estimator)
+    if Z.shape[1] != lower.size:
+        raise ValueError(f"the estimator's answers have length {Z.shape[1]}, the bounds {lower.size}")
+    if aggregator == "coa":
+        rel = center_of_attention_release(Z, epsilon=epsilon, delta=delta, rng=rng, lower=lower, upper=upper,
+                                          diameter=float(np.linalg.norm(upper - lower)))
+        return rel.value, accounting.EpsilonDeltaDpEvent(float(epsilon), float(delta))
+    if aggregator == "mean":
+        z = gaussian_noise_multiplier(float(epsilon), float(delta))
+        return (clamped_mean_release(Z, lower=lower, upper=upper, noise_multiplier=z, rng=rng).value,
+                dp_event.GaussianDpEvent(z))
+    raise ValueError(f"aggregator must be 'coa' or 'mean', got {aggregator!r}")
