@@ -1,0 +1,585 @@
+"""Differentially private naive Bayes: one noisy release of sufficient statistics per party.
+
+Statistics (per class c; Vaidya et al. 2013 "Differentially private naive Bayes classification"):
+class counts n_c; for each categorical feature j the class x value histogram n_{c,j,v}; for each
+numeric feature the sums S_c = sum x~ and sums of squares Q_c = sum x~^2 of the value clamped to its
+public bounds [lo, hi] and rescaled to x~ = 2 (x - lo) / (hi - lo) - 1 in [-1, 1] (centred, so
+Q/n - (S/n)^2 cancels little and every group has per-record sensitivity 1).
+
+One vector, one sensitivity. Under add/remove-one a record changes exactly one cell of the class
+counts and of each histogram and one row of S and Q, so all G = 1 + C + 2P groups (C categorical,
+P numeric features) are released as ONE vector. Group g is scaled by a weight w_g before the noise;
+its sensitivity is then w_g and the whole vector has L1 sensitivity sum_g w_g and L2 sensitivity
+sqrt(sum_g w_g^2). Minimising the total noise variance sum_g a_g Var_g (importance a_g) under a fixed
+sensitivity gives, by a Lagrange multiplier, w_g ∝ a_g^(1/3) for L1 (Laplace) and w_g ∝ a_g^(1/4)
+for L2 (Gaussian); with equal importance this is the uniform split, eps_g = eps / G (L1). The
+mechanism is chosen from the job's (epsilon, delta) and G alone: the discrete Laplace noise variance
+about 2 (G / eps)^2 against the discrete Gaussian's sigma^2 = (z(eps, delta) sqrt(G))^2, where z is
+the smallest noise multiplier the PLD accountant accepts; delta = 0 always means Laplace (pure DP).
+With many statistics the L2 norm sqrt(G) beats the L1 norm G, so Gaussian usually wins when delta > 0.
+
+Integer release. Counts are integers; x~ and x~^2 are put on a fixed-point grid of R units (each
+record's value is rounded to an integer, |round(R w x~)| <= R w, so the integer sensitivity is exact)
+and the noise is the exact discrete Laplace or discrete Gaussian of Canonne, Kamath & Steinke 2020
+(:mod:`dpfed.mechanisms`), so no floating point touches the release. The privacy event:
+pure eps-DP is charged as ``DiscreteLaplaceDpEvent(eps, 1)``, whose privacy-loss distribution (+-eps)
+is the tight dominating pair of every eps-DP mechanism, so it is valid for the vector release at any
+delta; the discrete Gaussian is charged as ``GaussianDpEvent(sigma / Delta_2)``: CKS20 Thm 14/15 give
+the multivariate discrete Gaussian the continuous one's guarantee up to a term exp(-Theta(sigma^2))
+that is negligible at our sigma (>= 2^10 grid units).
+
+Default delta = 0 (pure DP): NB is one release, so Gaussian noise has no composition advantage, only
+the L2-vs-L1 one; pure DP is the stronger, simpler promise and already meets the accuracy targets
+(see bench/results/naive_bayes.md). Ask for ``--delta 1e-6`` to let ``auto`` pick Gaussian.
+
+Post-processing at the coordinator (no privacy cost; Hay et al. 2010 consistency): the class totals
+are the inverse-variance weighted mean of the direct counts and of every histogram's row sums; each
+histogram row is projected (Euclidean) onto {h >= 0, sum_v h_v = n_c} (Duchi et al. 2008, simplex
+projection); Laplace smoothing alpha; Gaussian means clamped to the public range, variances clamped to
+[var_floor, 1] (rescaled units). ``var_floor`` (default 2e-3, i.e. a std of 4.5 % of the half range)
+also regularises heavy-tailed features such as adult's capital-loss.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from dp_accounting import dp_event
+
+from dpfed import accounting
+from dpfed.federated import Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
+from dpfed.rng import SecureRNG
+from dpfed.schema import DataValidationError, Feature, Schema
+
+__all__ = ["ALGORITHMS", "DPNaiveBayes", "NBPlan", "Layout", "plan_release", "sufficient_statistics",
+           "postprocess", "simplex_rows", "joint_log_likelihood", "predict", "evaluate",
+           "NaiveBayesParty", "NaiveBayesCoordinator", "DataDerivedSchemaWarning"]
+
+TASK_KIND = "nb-statistics"
+MECHANISMS = ("auto", "laplace", "gaussian")
+DEFAULT_ALPHA = 1.0
+DEFAULT_VAR_FLOOR = 2e-3
+_GRID = 1 << 16            # fixed-point units per unit weight (numeric resolution 2^-16 of the half range)
+_MIN_GRID = 1 << 10
+_MAX_SIGMA_UNITS = 1 << 26  # below the discrete Gaussian sampler's 2^28 limit
+_EXACT = float(1 << 52)     # float64 sums of integers are exact below this
+
+
+class DataDerivedSchemaWarning(UserWarning):
+    """The estimator derived bounds and classes from the data: the release is then NOT private."""
+
+
+# --------------------------------------------------------------------------- layout and plan
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each statistic sits in the released vector (a pure function of the public schema)."""
+
+    k: int
+    cat_cols: np.ndarray      # column indices of categorical features
+    sizes: np.ndarray         # their domain sizes m_j
+    hist_off: np.ndarray      # offset of histogram j in the vector (block of k * m_j, index c*m_j+v)
+    num_cols: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    s_off: int                # S block: k * P entries, index c*P + f
+    q_off: int
+    length: int
+
+    @classmethod
+    def from_schema(cls, schema: Schema) -> "Layout":
+        k = int(schema.n_classes)
+        if k < 1:
+            raise ValueError("naive Bayes needs a labelled schema (n_classes >= 1)")
+        cat_cols = np.flatnonzero(schema.categorical)
+        sizes = schema.domain_sizes
+        hist_off = k + np.concatenate([[0], np.cumsum(k * sizes)[:-1]]).astype(np.int64) if len(sizes) else \
+            np.zeros(0, np.int64)
+        end = k + int((k * sizes).sum())
+        p = int(schema.numeric.sum())
+        return cls(k, cat_cols, sizes, hist_off, np.flatnonzero(schema.numeric), schema.lower, schema.upper,
+                   end, end + k * p, end + 2 * k * p)
+
+    @property
+    def n_groups(self) -> int:
+        return 1 + len(self.cat_cols) + 2 * len(self.num_cols)
+
+    def group_of_entries(self) -> np.ndarray:
+        """Group index of every vector entry: 0 counts, 1..C histograms, then S_f, then Q_f."""
+        c, p, k = len(self.cat_cols), len(self.num_cols), self.k
+        parts = [np.zeros(k, np.int64)] + [np.full(k * int(m), 1 + j, np.int64) for j, m in enumerate(self.sizes)]
+        parts.append(np.tile(1 + c + np.arange(p), k))
+        parts.append(np.tile(1 + c + p + np.arange(p), k))
+        return np.concatenate(parts)
+
+
+@dataclass(frozen=True)
+class NBPlan:
+    """The release plan: mechanism, integer weights, noise, and the event the party charges."""
+
+    mechanism: str            # "laplace" or "gaussian"
+    weights: np.ndarray       # integer grid units per group (length G)
+    l1: int                   # integer L1 sensitivity of the weighted vector
+    l2: float                 # its L2 sensitivity
+    noise: float              # Laplace scale t (P(x) ∝ exp(-|x|/t)) or Gaussian sigma, in grid units
+    noise_var: float          # noise variance per entry, grid units^2
+    event: dp_event.DpEvent
+
+
+#: Importance of the noise variance of S and Q relative to a count group (see the module docstring).
+IMPORTANCE_S = 1.0
+IMPORTANCE_Q = 4.0
+#: A variance is never trusted below KAPPA noise standard deviations of its own estimate.
+KAPPA = 1.0
+
+
+def _importance(layout: Layout) -> np.ndarray:
+    """Importance a_g of each group's noise variance (counts, histograms, S_f, Q_f)."""
+    c, p = len(layout.cat_cols), len(layout.num_cols)
+    return np.concatenate([np.ones(1 + c), np.full(p, IMPORTANCE_S), np.full(p, IMPORTANCE_Q)])
+
+
+def _optimal_weights(importance: np.ndarray, norm: str) -> np.ndarray:
+    """w_g minimising sum a_g / w_g^2 at fixed L1 (w ∝ a^(1/3)) or L2 (w ∝ a^(1/4)) norm; max 1."""
+    w = importance ** (1 / 3 if norm == "l1" else 1 / 4)
+    return w / w.max()
+
+
+@functools.lru_cache(maxsize=64)
+def gaussian_multiplier(epsilon: float, delta: float) -> float:
+    """Smallest noise multiplier z (to 1e-5 relative) with PLD epsilon(GaussianDpEvent(z), delta) <= epsilon.
+
+    Starts from the analytic Gaussian mechanism (Balle & Wang 2018, via
+    :func:`dpfed.mechanisms.gaussian_sigma`), then bisects against the (pessimistic) PLD
+    accountant that the ledger uses, so the charge never exceeds the job's epsilon.
+    """
+    from dpfed.mechanisms import gaussian_sigma
+
+    def ok(z: float) -> bool:
+        return accounting.epsilon(dp_event.GaussianDpEvent(z), delta) <= epsilon
+
+    lo = float(gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=1.0, analytic=True)) * 0.999
+    hi = lo * 1.002
+    while not ok(hi):
+        lo, hi = hi, hi * 1.01
+    while hi - lo > 1e-5 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def _discrete_laplace_var(t: float) -> float:
+    """Variance of P(x) ∝ exp(-|x|/t) on Z: 2 e^(-1/t) / (1 - e^(-1/t))^2."""
+    q = math.exp(-1.0 / t)
+    return 2.0 * q / (1.0 - q) ** 2
+
+
+def _params(spec: JobSpec) -> tuple[str, float, float]:
+    mech = str(spec.params.get("mechanism", "auto"))
+    if mech not in MECHANISMS:
+        raise ValueError(f"naive Bayes mechanism must be one of {', '.join(MECHANISMS)}, got {mech!r}")
+    alpha = float(spec.params.get("alpha", DEFAULT_ALPHA))
+    floor = float(spec.params.get("var_floor", DEFAULT_VAR_FLOOR))
+    if not (alpha >= 0 and math.isfinite(alpha)):
+        raise ValueError("naive Bayes alpha (smoothing) must be a finite number >= 0")
+    if not 0 < floor <= 1:
+        raise ValueError("naive Bayes var_floor must lie in (0, 1] (units of the rescaled range)")
+    return mech, alpha, floor
+
+
+def plan_release(spec: JobSpec) -> NBPlan:
+    """The plan for ``spec``, computed from its public parameters and schema alone (never data)."""
+    mech, _, _ = _params(spec)
+    return _plan(spec.schema.to_json(), spec.epsilon, spec.delta, mech)
+
+
+@functools.lru_cache(maxsize=64)
+def _plan(schema_json: str, eps: float, delta: float, mech: str) -> NBPlan:
+    layout = Layout.from_schema(Schema.from_json(schema_json))
+    a = _importance(layout)
+    if mech == "gaussian" and delta == 0:
+        raise ValueError("the Gaussian mechanism needs delta > 0; use mechanism 'laplace' for pure DP")
+    candidates = []
+    if mech in ("auto", "laplace"):
+        w = _optimal_weights(a, "l1")
+        # relative variance at unit weight 1: 2 (sum w / eps)^2, per group divided by w_g^2
+        candidates.append(("laplace", w, float(np.sum(a * 2 * (w.sum() / eps) ** 2 / w ** 2))))
+    if mech in ("auto", "gaussian") and delta > 0:
+        w = _optimal_weights(a, "l2")
+        z = gaussian_multiplier(eps, delta)
+        candidates.append(("gaussian", w, float(np.sum(a * (z * np.sqrt(np.sum(w ** 2))) ** 2 / w ** 2))))
+    name, w, _ = min(candidates, key=lambda c: c[2])
+    if name == "laplace":
+        weights = np.maximum(np.rint(w * _GRID), 1).astype(np.int64)
+        l1 = int(weights.sum())
+        t = (l1 + 1) / eps  # dpfed.mechanisms.discrete_laplace's scale for L1 > 4096 (slightly conservative)
+        return NBPlan("laplace", weights, l1, float(np.sqrt(np.sum(weights.astype(float) ** 2))), t,
+                      _discrete_laplace_var(t), dp_event.DiscreteLaplaceDpEvent(float(eps), 1))
+    z = gaussian_multiplier(eps, delta)
+    grid = min(_GRID, int(_MAX_SIGMA_UNITS / (z * np.sqrt(np.sum(w ** 2)))))
+    if grid < _MIN_GRID:
+        raise ValueError(f"epsilon {eps:g} is too small for an integer Gaussian release of {layout.n_groups} "
+                         "statistic groups; use mechanism 'laplace'")
+    weights = np.maximum(np.rint(w * grid), 1).astype(np.int64)
+    l2 = float(np.sqrt(np.sum(weights.astype(float) ** 2)))
+    # dpfed.mechanisms.discrete_gaussian charges GaussianDpEvent(sigma / (l2 (1 + 1/(4 sigma^2)))): take
+    # sigma so that this multiplier is still >= z (the 1e-12 absorbs its ulp-level rounding).
+    sigma = z * l2 * (1.0 + 1.0 / (4.0 * (z * l2) ** 2)) * (1.0 + 1e-12)
+    return NBPlan("gaussian", weights, int(weights.sum()), l2, sigma, sigma ** 2,
+                  dp_event.GaussianDpEvent(float(z)))
+
+
+# --------------------------------------------------------------------------- party: statistics
+
+def sufficient_statistics(X: np.ndarray, y: np.ndarray, layout: Layout, weights: np.ndarray) -> np.ndarray:
+    """The weighted integer statistics vector of records ``(X, y)`` (before noise).
+
+    ``X`` is float64 already validated against the schema; numeric values are clamped to the
+    public bounds here anyway (clip, then noise). Vectorised: one ``bincount`` over combined
+    (feature, class, value) indices for all histograms, one matrix product for the numeric sums.
+    """
+    n = len(y)
+    k = layout.k
+    y = np.asarray(y, dtype=np.int64)
+    c, p = len(layout.cat_cols), len(layout.num_cols)
+    if n * float(weights.max()) >= _EXACT:  # keep every float64 partial sum an exact integer
+        half = n // 2
+        return (sufficient_statistics(X[:half], y[:half], layout, weights)
+                + sufficient_statistics(X[half:], y[half:], layout, weights))
+    out = np.zeros(layout.length, np.int64)
+    out[:k] = np.bincount(y, minlength=k) * weights[0]
+    if c:
+        idx = X[:, layout.cat_cols].astype(np.int64)
+        idx += y[:, None] * layout.sizes[None, :] + layout.hist_off[None, :]
+        cnt = np.bincount(idx.ravel(), minlength=layout.s_off)[k:layout.s_off]
+        out[k:layout.s_off] = cnt * np.repeat(weights[1:1 + c], k * layout.sizes)
+    if p:
+        scale = 2.0 / (layout.upper - layout.lower)
+        z = (X[:, layout.num_cols] - layout.lower) * scale - 1.0
+        np.clip(z, -1.0, 1.0, out=z)
+        sq = z * z
+        z *= weights[1 + c:1 + c + p].astype(np.float64)
+        sq *= weights[1 + c + p:].astype(np.float64)
+        np.rint(z, out=z)
+        np.rint(sq, out=sq)
+        onehot = np.zeros((n, k))
+        onehot[np.arange(n), y] = 1.0
+        sums = onehot.T @ np.hstack([z, sq])            # (k, 2P), exact integers
+        out[layout.s_off:layout.q_off] = np.rint(sums[:, :p]).astype(np.int64).ravel()
+        out[layout.q_off:] = np.rint(sums[:, p:]).astype(np.int64).ravel()
+    return out
+
+
+def _check_labels(y: np.ndarray | None, n: int, k: int) -> np.ndarray:
+    if y is None:
+        raise DataValidationError("naive Bayes needs labels at every party")
+    y = np.asarray(y)
+    if y.shape != (n,):
+        raise DataValidationError(f"labels: expected {n} labels, got shape {tuple(y.shape)}")
+    if n and (not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= k):
+        bad = int(np.sum((y < 0) | (y >= k))) if np.issubdtype(y.dtype, np.number) else n
+        raise DataValidationError(f"labels: {bad} value(s) outside the schema's classes 0..{k - 1}")
+    return y.astype(np.int64, copy=False)
+
+
+def _check_records(X: np.ndarray, layout: Layout) -> None:
+    """Cheap re-check of what the statistics rely on: finite values, codes inside their domains.
+
+    A code outside its domain would land in another cell and break the sensitivity bound.
+    """
+    if X.ndim != 2 or X.shape[1] != len(layout.cat_cols) + len(layout.num_cols):
+        raise DataValidationError(f"expected a 2-d array with {len(layout.cat_cols) + len(layout.num_cols)} columns")
+    problems = []
+    if len(layout.num_cols):
+        bad = ~np.isfinite(X[:, layout.num_cols])
+        if bad.any():
+            problems.append(f"{int(bad.sum())} NaN/Inf numeric value(s)")
+    if len(layout.cat_cols):
+        codes = X[:, layout.cat_cols]
+        bad = ~((codes >= 0) & (codes < layout.sizes) & (codes == np.floor(codes)))
+        if bad.any():
+            cols = ", ".join(str(int(layout.cat_cols[j])) for j in np.flatnonzero(bad.any(axis=0)))
+            problems.append(f"{int(bad.sum())} categorical value(s) outside their domains (columns {cols})")
+    if problems:
+        raise DataValidationError("records do not match the schema: " + "; ".join(problems))
+
+
+class NaiveBayesParty(PartyAlgorithm):
+    """The party half: one task, the noisy weighted statistics vector."""
+
+    def job_event(self, spec: JobSpec) -> dp_event.DpEvent:
+        return plan_release(spec).event
+
+    def check_task(self, spec: JobSpec, task: Task) -> None:
+        if task.job_id != spec.job_id:
+            raise TaskRejected(f"task is for job {task.job_id!r}, not {spec.job_id!r}")
+        if task.kind != TASK_KIND or task.round != 0:
+            raise TaskRejected(f"naive Bayes answers one task ({TASK_KIND!r}, round 0); got {task.kind!r} "
+                               f"round {task.round}")
+        if task.params or task.arrays:
+            raise TaskRejected("the naive Bayes task carries no parameters (its plan is the job spec)")
+
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Answer:
+        from dpfed.mechanisms import discrete_gaussian, discrete_laplace
+
+        layout = Layout.from_schema(spec.schema)
+        plan = plan_release(spec)
+        X = np.asarray(X, dtype=np.float64)
+        y = _check_labels(y, len(X), layout.k)
+        _check_records(X, layout)
+        stats = sufficient_statistics(X, y, layout, plan.weights)
+        if plan.mechanism == "laplace":
+            rel = discrete_laplace(stats, sensitivity=plan.l1, epsilon=spec.epsilon, rng=rng)
+        else:
+            rel = discrete_gaussian(stats, sensitivity=plan.l2, sigma=plan.noise, rng=rng)
+            if not rel.event.noise_multiplier >= plan.event.noise_multiplier:  # the plan must dominate
+                raise RuntimeError("discrete Gaussian event exceeds the charged plan")
+        return {"stats": np.asarray(rel.value, dtype=np.int64)}
+
+
+# --------------------------------------------------------------------------- coordinator: model
+
+def simplex_rows(V: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """Euclidean projection of each row of ``V`` onto {h >= 0, sum h = total} (Duchi et al. 2008, Fig. 1)."""
+    m = V.shape[1]
+    U = -np.sort(-V, axis=1)
+    css = np.cumsum(U, axis=1) - totals[:, None]
+    ks = np.arange(1, m + 1)
+    rho = np.sum(U - css / ks > 0, axis=1)  # >= 1 whenever total >= 0
+    rho = np.maximum(rho, 1)
+    theta = css[np.arange(len(V)), rho - 1] / rho
+    return np.maximum(V - theta[:, None], 0.0)
+
+
+def postprocess(total: np.ndarray, layout: Layout, plan: NBPlan, n_parties: int, alpha: float,
+                var_floor: float) -> dict[str, np.ndarray]:
+    """Summed noisy integer vector -> model arrays (post-processing only; see module docstring)."""
+    k, c, p = layout.k, len(layout.cat_cols), len(layout.num_cols)
+    groups = layout.group_of_entries()
+    W = plan.weights.astype(np.float64)
+    x = total.astype(np.float64) / W[groups]
+    var = n_parties * plan.noise_var / W ** 2          # noise variance of each group's entries
+    counts = x[:k]
+    hists = [x[o:o + k * int(m)].reshape(k, int(m)) for o, m in zip(layout.hist_off, layout.sizes)]
+    # consistent class totals: inverse-variance weighted mean of every estimate of n_c
+    est = [counts] + [h.sum(axis=1) for h in hists]
+    ivar = [1.0 / var[0]] + [1.0 / (int(m) * var[1 + j]) for j, m in enumerate(layout.sizes)]
+    n_c = sum(e * iv for e, iv in zip(est, ivar)) / sum(ivar)
+    n_c = np.maximum(n_c, 1.0)
+    model: dict[str, np.ndarray] = {
+        "algorithm": np.array("naive-bayes"),
+        "mechanism": np.array(plan.mechanism),
+        "class_count": n_c,
+        "class_log_prior": np.log(n_c / n_c.sum()),
+        "cat_columns": layout.cat_cols.astype(np.int64),
+        "num_columns": layout.num_cols.astype(np.int64),
+    }
+    m_max = int(layout.sizes.max()) if c else 0
+    table = np.full((c, k, m_max), -np.inf)
+    for j, h in enumerate(hists):
+        m = h.shape[1]
+        h = simplex_rows(h, n_c) + alpha
+        table[j, :, :m] = np.log(h / h.sum(axis=1, keepdims=True))
+    model["cat_log_prob"] = table
+    if p:
+        S = x[layout.s_off:layout.q_off].reshape(k, p)
+        Q = x[layout.q_off:].reshape(k, p)
+        mu = np.clip(S / n_c[:, None], -1.0, 1.0)
+        v_raw = Q / n_c[:, None] - mu ** 2
+        sd_q = np.sqrt(var[1 + c + p:])[None, :] / n_c[:, None]     # noise std of Q / n_c
+        v = np.clip(np.maximum(v_raw, KAPPA * sd_q), var_floor, 1.0)
+        half = (layout.upper - layout.lower) / 2.0
+        model["num_mean"] = layout.lower + (mu + 1.0) * half
+        model["num_var"] = v * half ** 2
+        model["num_lower"], model["num_upper"] = layout.lower.copy(), layout.upper.copy()
+    else:
+        model["num_mean"] = model["num_var"] = np.zeros((k, 0))
+        model["num_lower"] = model["num_upper"] = np.zeros(0)
+    return model
+
+
+class NaiveBayesCoordinator(CoordinatorAlgorithm):
+    """The coordinator half: one task, sum of the parties' integer vectors, post-processing."""
+
+    def __init__(self, spec: JobSpec, parties: Sequence[str]) -> None:
+        _, self.alpha, self.var_floor = _params(spec)
+        self.spec, self.parties = spec, list(parties)
+        if not self.parties:
+            raise ValueError("a naive Bayes job needs at least one party")
+        self.layout = Layout.from_schema(spec.schema)
+        self.plan = plan_release(spec)
+        self._issued = False
+        self._model: dict[str, np.ndarray] | None = None
+
+    def next_task(self) -> Task | None:
+        if self._issued:
+            return None
+        self._issued = True
+        return Task(self.spec.job_id, 0, TASK_KIND)
+
+    def absorb(self, task: Task, answers: Mapping[str, Answer]) -> None:
+        if task.kind != TASK_KIND or task.round != 0 or self._model is not None:
+            raise ValueError("naive Bayes absorbs exactly one answer set, for its round-0 task")
+        missing = set(self.parties) - set(answers)
+        if missing or set(answers) - set(self.parties):
+            raise ValueError(f"expected answers from exactly the {len(self.parties)} job parties; "
+                             f"missing {sorted(missing)}, unknown {sorted(set(answers) - set(self.parties))}")
+        total = np.zeros(self.layout.length, np.int64)
+        for name in self.parties:
+            s = np.asarray(answers[name].get("stats", np.zeros(0)))
+            if s.shape != (self.layout.length,) or not np.issubdtype(s.dtype, np.integer):
+                raise ValueError(f"party {name!r}: expected an integer 'stats' vector of length "
+                                 f"{self.layout.length}, got dtype {s.dtype} shape {tuple(s.shape)}")
+            total += s.astype(np.int64)
+        self._model = postprocess(total, self.layout, self.plan, len(self.parties), self.alpha, self.var_floor)
+
+    @property
+    def progress(self) -> float:
+        return 1.0 if self._model is not None else 0.0
+
+    def model(self) -> dict[str, np.ndarray]:
+        if self._model is None:
+            raise RuntimeError("the naive Bayes job has not finished")
+        return dict(self._model)
+
+    def summary(self) -> dict[str, Any]:
+        return {"mechanism": self.plan.mechanism, "statistics": int(self.layout.length),
+                "noise_std_counts": math.sqrt(self.plan.noise_var) / float(self.plan.weights[0])}
+
+
+# --------------------------------------------------------------------------- prediction
+
+def joint_log_likelihood(model: Mapping[str, np.ndarray], X: np.ndarray) -> np.ndarray:
+    """log P(c) + sum_j log P(x_j | c) for every row of validated ``X``: shape (n, k)."""
+    X = np.asarray(X, dtype=np.float64)
+    jll = np.broadcast_to(np.asarray(model["class_log_prior"], dtype=np.float64), (len(X), len(model["class_log_prior"]))).copy()
+    table = np.asarray(model["cat_log_prob"])
+    for j, col in enumerate(np.asarray(model["cat_columns"], dtype=np.int64)):
+        jll += table[j][:, X[:, col].astype(np.int64)].T
+    num = np.asarray(model["num_columns"], dtype=np.int64)
+    if len(num):
+        Z = np.clip(X[:, num], model["num_lower"], model["num_upper"])
+        mu, v = np.asarray(model["num_mean"]), np.asarray(model["num_var"])
+        jll += -0.5 * np.sum(np.log(2 * np.pi * v), axis=1)[None, :]
+        jll -= 0.5 * np.einsum("nkp->nk", (Z[:, None, :] - mu[None]) ** 2 / v[None])
+    return jll
+
+
+def predict(model: Mapping[str, np.ndarray], X: np.ndarray) -> np.ndarray:
+    return np.argmax(joint_log_likelihood(model, X), axis=1)
+
+
+def evaluate(model: Mapping[str, np.ndarray], X: np.ndarray, y: np.ndarray | None, schema: Schema) -> dict[str, float]:
+    """Test accuracy of ``model`` on ``(X, y)`` (validated against ``schema``; numerics clamped)."""
+    if y is None:
+        raise ValueError("naive Bayes evaluation needs labels")
+    Xv = schema.validate(X, y, clip_numeric=True)
+    return {"test_accuracy": float(np.mean(predict(model, Xv) == np.asarray(y)))}
+
+
+# --------------------------------------------------------------------------- estimator
+
+class DPNaiveBayes:
+    """Scikit-learn-style DP naive Bayes for one array: the party and coordinator halves, one party.
+
+    ``schema`` gives the public domains and bounds; without one, ``fit`` derives all-numeric bounds
+    and the class count from the data and warns (:class:`DataDerivedSchemaWarning`): that leaks.
+    ``random_state`` (int) makes the noise reproducible (simulation only; it warns), None is secure.
+    """
+
+    def __init__(self, epsilon: float = 1.0, delta: float = 0.0, schema: Schema | None = None,
+                 random_state: int | None = None, mechanism: str = "auto", alpha: float = DEFAULT_ALPHA,
+                 var_floor: float = DEFAULT_VAR_FLOOR) -> None:
+        self.epsilon, self.delta, self.schema, self.random_state = epsilon, delta, schema, random_state
+        self.mechanism, self.alpha, self.var_floor = mechanism, alpha, var_floor
+
+    _PARAMS = ("epsilon", "delta", "schema", "random_state", "mechanism", "alpha", "var_floor")
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._PARAMS}
+
+    def set_params(self, **params: Any) -> "DPNaiveBayes":
+        for name, value in params.items():
+            if name not in self._PARAMS:
+                raise ValueError(f"invalid parameter {name!r} for DPNaiveBayes")
+            setattr(self, name, value)
+        return self
+
+    def _schema_for(self, X: np.ndarray, y: np.ndarray) -> Schema:
+        if self.schema is not None:
+            return self.schema
+        warnings.warn("DPNaiveBayes without a schema: bounds and classes are taken from the data, which "
+                      "is NOT differentially private; pass a public schema", DataDerivedSchemaWarning, stacklevel=3)
+        Xf = np.asarray(X, dtype=np.float64)
+        if Xf.ndim != 2 or not np.isfinite(Xf).all():
+            raise DataValidationError("records must be a finite 2-d array")
+        lo, hi = Xf.min(axis=0), Xf.max(axis=0)
+        hi = np.where(hi > lo, hi, lo + 1.0)
+        return Schema(tuple(Feature(f"x{j}", "numeric", lower=float(lo[j]), upper=float(hi[j]))
+                            for j in range(Xf.shape[1])), n_classes=int(np.max(y)) + 1)
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> "DPNaiveBayes":
+        schema = self._schema_for(X, y)
+        params = {"epsilon": float(self.epsilon), "delta": float(self.delta), "mechanism": self.mechanism,
+                  "alpha": float(self.alpha), "var_floor": float(self.var_floor)}
+        spec = JobSpec("estimator", "naive-bayes", params, schema)
+        Xv = schema.validate(X, y)
+        yv = _check_labels(np.asarray(y), len(Xv), schema.n_classes)
+        rng = SecureRNG() if self.random_state is None else SecureRNG.from_seed(int(self.random_state))
+        party, coord = NaiveBayesParty(), NaiveBayesCoordinator(spec, ["local"])
+        party.job_event(spec)
+        task = coord.next_task()
+        party.check_task(spec, task)
+        coord.absorb(task, {"local": party.answer(spec, task, Xv, yv, rng)})
+        self.model_, self.schema_ = coord.model(), schema
+        self.classes_ = np.arange(schema.n_classes)
+        self.n_features_in_ = schema.n_features
+        self.privacy_event_ = party.job_event(spec)
+        return self
+
+    def _validated(self, X: np.ndarray) -> np.ndarray:
+        if not hasattr(self, "model_"):
+            raise RuntimeError("this DPNaiveBayes is not fitted yet; call fit first")
+        return self.schema_.validate(X, clip_numeric=True)
+
+    def predict_log_proba(self, X: np.ndarray) -> np.ndarray:
+        jll = joint_log_likelihood(self.model_, self._validated(X))
+        m = jll.max(axis=1, keepdims=True)
+        return jll - (m + np.log(np.sum(np.exp(jll - m), axis=1, keepdims=True)))
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        return np.exp(self.predict_log_proba(X))
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.argmax(joint_log_likelihood(self.model_, self._validated(X)), axis=1)
+
+    def score(self, X: np.ndarray, y: np.ndarray) -> float:
+        return float(np.mean(self.predict(X) == np.asarray(y)))
+
+
+# --------------------------------------------------------------------------- registry
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nb-mechanism", choices=MECHANISMS, default="auto",
+                        help="naive Bayes noise: auto (least noisy for the job's epsilon, delta; delta 0 means "
+                             "discrete Laplace), laplace (pure DP) or gaussian (needs delta > 0)")
+    parser.add_argument("--nb-alpha", type=float, default=DEFAULT_ALPHA,
+                        help=f"naive Bayes Laplace smoothing pseudo-count (default {DEFAULT_ALPHA:g})")
+    parser.add_argument("--nb-var-floor", type=float, default=DEFAULT_VAR_FLOOR,
+                        help="naive Bayes variance floor of numeric features, in units of the squared half "
+                             f"range (default {DEFAULT_VAR_FLOOR:g})")
+
+
+def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    return {"mechanism": getattr(args, "nb_mechanism", "auto"), "alpha": getattr(args, "nb_alpha", DEFAULT_ALPHA),
+            "var_floor": getattr(args, "nb_var_floor", DEFAULT_VAR_FLOOR)}
+
+
+ALGORITHMS = {"naive-bayes": Algorithm(name="naive-bayes", party=NaiveBayesParty, coordinator=NaiveBayesCoordinator,
+                                       evaluate=evaluate, add_arguments=add_arguments,
+                                       params_from_args=params_from_args, default_delta=1e-6)}
