@@ -303,16 +303,9 @@ def clamped_mean_release(Z: np.ndarray, *, lower: np.ndarray, upper: np.ndarray,
 
 @functools.lru_cache(maxsize=128)
 def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
-    """Smallest z (to 1e-4 relative) whose single Gaussian release, ``GaussianDpEvent(z)``, has PLD
-    epsilon <= ``epsilon`` at ``delta``."""
-    ok = lambda z: accounting.epsilon(dp_event.GaussianDpEvent(z), delta) <= epsilon  # noqa: E731
-    lo, hi = 1e-3, 1.0
-    while not ok(hi):
-        lo, hi = hi, hi * 2
-    while hi - lo > 1e-4 * hi:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return hi
+    """Smallest z meeting PLD epsilon <= ``epsilon`` at ``delta`` for one Gaussian release
+    (:func:`dpfed.accounting.calibrate_noise_multiplier` with q = 1, T = 1)."""
+    return accounting.calibrate_noise_multiplier(epsilon, delta, 1.0, 1)
 
 
 def sample_and_aggregate(X: np.ndarray, estimator: Callable[[np.ndarray, int], np.ndarray], *, blocks: int,
