@@ -339,7 +339,7 @@ def _eps_fraction(epsilon: float) -> Fraction:
 
 
 def exponential(scores, *, sensitivity: float, epsilon: float, rng: SecureRNG,
-                monotonic: bool = False) -> Release:
+                monotonic: bool = False, size: int | None = None) -> Release:
     """Exponential mechanism (McSherry & Talwar 2007): index i with probability
     ∝ exp(eps * q_i / (2 * sensitivity)) (``monotonic=True``: / sensitivity, valid when every
     score moves in the same direction between neighbours). epsilon-DP.
@@ -347,6 +347,8 @@ def exponential(scores, *, sensitivity: float, epsilon: float, rng: SecureRNG,
     Exact: scores are rounded to the public grid sensitivity*2^-20 (sensitivity grows by one
     step), then a uniform proposal i is accepted with exact probability
     exp(-eps (q_max - q_i) / (c * sens)) (CKS20 Alg. 1): rejection sampling from the exact law.
+    ``size=m`` draws m independent selections (an int64 array; the event is their m-fold
+    composition).
     """
     q = _real_array(scores)
     if q.ndim != 1 or q.size == 0:
@@ -363,16 +365,25 @@ def exponential(scores, *, sensitivity: float, epsilon: float, rng: SecureRNG,
     qr = [divmod(int(v), den) for v in gap]
     qq = np.array([min(a, 2**62) for a, _ in qr], dtype=np.int64)  # e^-(2^62): unreachable
     rr = np.array([b for _, b in qr], dtype=np.int64)
+    if size is not None and (int(size) != size or size < 1):
+        raise ValueError("size must be a positive integer")
+    m = 1 if size is None else int(size)
     n = q.size
-    batch = int(min(max(64, 2 * n), 1 << 20))
-    while True:
-        idx = rng.integers(n, batch)
-        ok = _bernoulli_exp_qr(qq[idx], rr[idx], den, rng)
-        hit = np.flatnonzero(ok)
-        if hit.size:
-            choice = int(idx[hit[0]])
-            break
+    chosen = np.empty(m, dtype=np.int64)
+    pending = np.arange(m)
+    while pending.size:  # each pending selection proposes up to `per` uniform candidates
+        per = max(1, min(2 * n, (1 << 21) // pending.size))
+        idx = rng.integers(n, (pending.size, per))
+        ok = _bernoulli_exp_qr(qq[idx.ravel()], rr[idx.ravel()], den, rng).reshape(idx.shape)
+        hit = ok.any(axis=1)
+        first = ok.argmax(axis=1)  # the first accepted proposal of an i.i.d. stream is exact
+        chosen[pending[hit]] = idx[hit, first[hit]]
+        pending = pending[~hit]
     event = dp_event.DiscreteLaplaceDpEvent(noise_parameter=eps, sensitivity=1)
+    if size is None:
+        choice = int(chosen[0])
+    else:
+        choice, event = chosen, dp_event.SelfComposedDpEvent(event, m)
     return Release(choice, event, {"epsilon": eps, "grid_bits": k, "monotonic": monotonic})
 
 

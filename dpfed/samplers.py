@@ -205,7 +205,7 @@ def sample_discrete_laplace(scale: float | Fraction, size: int | tuple[int, ...]
         got = _laplace_candidates(frac.numerator, frac.denominator, need + need // 2 + 16, rng)
         parts.append(got[:need])
         have += min(need, got.size)
-    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    out = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
     return out.reshape(shape)
 
 
@@ -272,5 +272,5 @@ def sample_discrete_gaussian(sigma: float | Fraction, size: int | tuple[int, ...
         got = y[_bernoulli_exp_qr(q, r, den_val, rng)][:need]
         parts.append(got)
         have += got.size
-    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    out = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
     return out.reshape(shape)
