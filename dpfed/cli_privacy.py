@@ -17,24 +17,14 @@ from dpfed import accounting
 __all__ = ["add_commands"]
 
 
-def _float(text: str, *, positive: bool) -> float:
+def _positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    ok = value > 0 if positive else value >= 0
-    if not (ok and math.isfinite(value)):
-        kind = "a positive finite number" if positive else "a finite number >= 0"
-        raise argparse.ArgumentTypeError(f"must be {kind}, got {text!r}")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
     return value
-
-
-def _positive_float(text: str) -> float:
-    return _float(text, positive=True)
-
-
-def _non_negative_float(text: str) -> float:
-    return _float(text, positive=False)
 
 
 def _probability(text: str) -> float:
@@ -84,8 +74,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     privacy.set_defaults(func=lambda args: (privacy.print_help(), 2)[1])
 
     eps = sub.add_parser("epsilon", help="epsilon spent by DP-SGD with a given noise multiplier")
-    eps.add_argument("--noise-multiplier", type=_non_negative_float, required=True, metavar="S",
-                     help="Gaussian noise std / clipping norm")
+    eps.add_argument("--noise-multiplier", type=_positive_float, required=True, metavar="S",
+                     help="Gaussian noise std / clipping norm, > 0 (0 would be non-private)")
     _common(eps)
     eps.set_defaults(func=_cmd_epsilon)
 

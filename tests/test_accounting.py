@@ -132,8 +132,8 @@ def test_neighbouring_relation_is_explicit():
     sub = dpa.PoissonSampledDpEvent(0.1, dpa.GaussianDpEvent(1.0))
     assert A.epsilon(sub, 1e-5, neighbouring="replace_one") > 1.03 * A.epsilon(sub, 1e-5)
     # dp-accounting's PLD treats replace-one as sensitivity 2 for the plain Gaussian.
-    assert A.epsilon(dpa.GaussianDpEvent(1.0), 1e-5, neighbouring="replace_one") == pytest.approx(
-        A.epsilon(dpa.GaussianDpEvent(0.5), 1e-5), rel=1e-6)
+    assert A.epsilon(dpa.GaussianDpEvent(4.0), 1e-5, neighbouring="replace_one") == pytest.approx(
+        A.epsilon(dpa.GaussianDpEvent(2.0), 1e-5), rel=1e-6)
     rr = E.RandomizedResponseDpEvent(noise_parameter=0.5, num_buckets=2)
     with pytest.raises(A.AccountingError, match="add_remove"):
         A.epsilon(rr, 1e-5)
