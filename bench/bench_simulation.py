@@ -6,7 +6,8 @@ Measures (1) wall time of the whole 5-party simulation of naive Bayes on adult (
 TLS, offer/charge, rounds, model fetch, shutdown), next to the same job in one process; (2) round
 latency: rounds per second of a small multi-round job (``noisy-mean``, a Laplace mean, see
 tests/net_noisy_mean.py); (3) throughput for large arrays: every round broadcasts a 5 MiB array
-to each party and each party answers 5 MiB (the size of an MNIST GMLVQ answer). Prints a markdown
+to each party and each party answers 5 MiB (the size of an MNIST GMLVQ answer); the parties' own
+work (655k Laplace draws each per round) is included, so (4) times the codec alone. Prints a markdown
 table and writes bench/results/simulation.md. Timings depend on the machine's load; say so.
 """
 from __future__ import annotations
@@ -101,6 +102,23 @@ def bench_bytes(parties: int, rounds: int, seed: int) -> list[tuple[str, str]]:
              f"{r:.2f} rounds/s = {r * per_round / 2**20:.0f} MiB/s through the coordinator")]
 
 
+def bench_codec(reps: int = 10) -> list[tuple[str, str]]:
+    """Encode + serialise + parse + assemble one 5 MiB float64 array (one process, no sockets)."""
+    from protos import dpfed_pb2 as pb
+    from protos.codec import ArrayAssembler, chunk_groups, encode_arrays
+
+    x = np.random.default_rng(0).normal(size=5 * 2**20 // 8)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        wire = [pb.ResultPart(chunks=g).SerializeToString() for g in chunk_groups(encode_arrays({"a": x}))]
+        asm = ArrayAssembler()
+        for w in wire:
+            asm.add_all(pb.ResultPart.FromString(w).chunks)
+        asm.finish()
+    dt = (time.perf_counter() - t0) / reps
+    return [("codec only: chunk + serialise + parse + assemble 5 MiB", f"{dt * 1000:.1f} ms ({5 / dt:.0f} MiB/s)")]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parties", type=int, default=5)
@@ -109,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     rows = bench_wall(args.parties, args.seed) + bench_rounds(args.parties, args.rounds, args.seed) + \
-        bench_bytes(args.parties, args.big_rounds, args.seed)
+        bench_bytes(args.parties, args.big_rounds, args.seed) + bench_codec()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines = ["| measurement | result |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows]
     note = (f"\nMachine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "

@@ -15,6 +15,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     pa.set_defaults(func=lambda a: (pa.print_help(), 2)[1])
     serve = psub.add_parser("serve", help="validate the data, then serve the coordinator's jobs until stopped")
     serve.add_argument("--config", required=True, help="party.toml (see party/config.py)")
+    serve.add_argument("--insecure", action="store_true",
+                       help="override the config: plain text without TLS (debugging only; warns loudly)")
     serve.add_argument("--log-level", default="INFO")
     serve.set_defaults(func=_cmd_serve)
     check = psub.add_parser("check", help="validate the data against the schema; print the ledger's budget")
@@ -25,7 +27,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from party.daemon import serve_from_config
 
-    return serve_from_config(args.config, log_level=args.log_level)
+    return serve_from_config(args.config, log_level=args.log_level, insecure=args.insecure)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ Run: ``dpfed party serve --config party.toml`` or ``python -m party.daemon --con
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -273,12 +274,15 @@ def main(argv: list[str] | None = None) -> int:
     return serve_from_config(args.config, log_level=args.log_level)
 
 
-def serve_from_config(path: str, log_level: str = "INFO") -> int:
+def serve_from_config(path: str, log_level: str = "INFO", insecure: bool = False) -> int:
+    """Load ``party.toml``, validate the data, serve until SIGTERM/SIGINT; return an exit code."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from dpfed.schema import DataValidationError
 
     try:
         cfg = PartyConfig.load(path)
+        if insecure:
+            cfg = dataclasses.replace(cfg, insecure=True, tls=None)
         daemon = PartyDaemon.from_config(cfg)
     except (ConfigError, DataValidationError) as exc:
         print(f"dpfed party: error: {exc}", file=sys.stderr)

@@ -90,3 +90,28 @@ def test_roles_are_enforced(net):
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED
     with admin(pki, server.port) as a:
         assert "parties" in a.status()
+
+
+def test_insecure_mode_works_and_warns_loudly(tmp_path, capsys):
+    import dataclasses
+
+    from coordinator.config import CoordinatorConfig
+    from coordinator.server import serve
+    from net_helpers import PLUGINS, ThreadParty, party_config
+    from coordinator.client import AdminClient
+
+    pki = make_pki(tmp_path, parties=1)
+    server = serve(CoordinatorConfig(listen="127.0.0.1:0", state_dir=tmp_path / "state", insecure=True,
+                                     plugins=PLUGINS))
+    cfg = dataclasses.replace(party_config(pki, tmp_path, "party-0", server.port), insecure=True, tls=None)
+    party = ThreadParty(cfg)
+    try:
+        assert server.coordinator.wait_for_parties(["party-0"], 20)
+        with AdminClient(f"127.0.0.1:{server.port}", insecure=True) as adm:
+            job = adm.submit_job("noisy-mean", {"rounds": 1}, epsilon=1.0, delta=0.0)
+            assert adm.wait(job, timeout=30)["state"] == "done"
+    finally:
+        party.stop()
+        server.stop(0.5)
+    err = capsys.readouterr().err
+    assert err.count("WITHOUT TLS") >= 3  # coordinator, party and operator client each warn
