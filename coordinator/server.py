@@ -16,7 +16,9 @@ task, or does not answer within ``task_timeout``, the job fails cleanly with tha
 coordinator keeps serving. Charges already made stay recorded: each party's own ledger holds its
 charge, and the coordinator's global budget holds every accepted plan exactly once (charge id
 ``JOB:plan``). Nothing is retried automatically, so nothing is charged twice; the operator may
-submit the job again, which is a new job with a new charge.
+submit the job again, which is a new job with a new charge. Likewise, when one party refuses an
+offer, the parties that accepted have already charged their plan (each decides alone, before it
+knows the others' answers); the job ends as ``refused`` and those charges stay recorded.
 """
 from __future__ import annotations
 

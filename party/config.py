@@ -16,6 +16,7 @@ Example (relative paths are relative to the config file)::
     chunk_bytes = 1048576             # array payload per message
     plugins = []                      # extra modules defining ALGORITHMS (must match the coordinator)
     # seed = 0                        # TESTS/SIMULATIONS ONLY: reproducible noise (no privacy)
+    # exit_with_parent = false        # simulations: quit when the process that started the daemon dies
 
     [tls]
     ca = "certs/ca.crt"               # the deployment CA (verifies the coordinator)
