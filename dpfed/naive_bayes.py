@@ -90,6 +90,7 @@ class Layout:
     s_off: int                # S block: k * P entries, index c*P + f
     q_off: int
     length: int
+    names: tuple[str, ...] = ()
 
     @classmethod
     def from_schema(cls, schema: Schema) -> "Layout":
@@ -103,7 +104,7 @@ class Layout:
         end = k + int((k * sizes).sum())
         p = int(schema.numeric.sum())
         return cls(k, cat_cols, sizes, hist_off, np.flatnonzero(schema.numeric), schema.lower, schema.upper,
-                   end, end + k * p, end + 2 * k * p)
+                   end, end + k * p, end + 2 * k * p, tuple(schema.names))
 
     @property
     def n_groups(self) -> int:
@@ -240,8 +241,10 @@ def sufficient_statistics(X: np.ndarray, y: np.ndarray, layout: Layout, weights:
     """The weighted integer statistics vector of records ``(X, y)`` (before noise).
 
     ``X`` is float64 already validated against the schema; numeric values are clamped to the
-    public bounds here anyway (clip, then noise). Vectorised: one ``bincount`` over combined
-    (feature, class, value) indices for all histograms, one matrix product for the numeric sums.
+    public bounds here anyway (clip, then noise). Vectorised, a few passes per column: one
+    ``bincount`` over (value, class) cells per categorical feature, per-class weighted ``bincount``
+    sums per numeric feature (exact: integers below 2^52). Raises :class:`DataValidationError` for
+    NaN/Inf or a code outside its domain (it would land in another cell and break the sensitivity).
     """
     n = len(y)
     k = layout.k
@@ -253,25 +256,33 @@ def sufficient_statistics(X: np.ndarray, y: np.ndarray, layout: Layout, weights:
                 + sufficient_statistics(X[half:], y[half:], layout, weights))
     out = np.zeros(layout.length, np.int64)
     out[:k] = np.bincount(y, minlength=k) * weights[0]
-    if c:
-        idx = X[:, layout.cat_cols].astype(np.int64)
-        idx += y[:, None] * layout.sizes[None, :] + layout.hist_off[None, :]
-        cnt = np.bincount(idx.ravel(), minlength=layout.s_off)[k:layout.s_off]
-        out[k:layout.s_off] = cnt * np.repeat(weights[1:1 + c], k * layout.sizes)
-    if p:
-        scale = 2.0 / (layout.upper - layout.lower)
-        z = (X[:, layout.num_cols] - layout.lower) * scale - 1.0
-        np.clip(z, -1.0, 1.0, out=z)
-        sq = z * z
-        z *= weights[1 + c:1 + c + p].astype(np.float64)
-        sq *= weights[1 + c + p:].astype(np.float64)
-        np.rint(z, out=z)
+    yf = y.astype(np.float64)
+    buf = np.empty(n)
+    for j, (col, m) in enumerate(zip(layout.cat_cols, layout.sizes)):  # one pass set per feature
+        np.multiply(X[:, col], k, out=buf)                     # cell index v * k + c
+        buf += yf
+        idx = buf.astype(np.intp)
+        if n and not (idx.min() >= 0 and idx.max() < k * int(m)):
+            raise DataValidationError(f"column {layout.names[col]!r}: NaN or value(s) outside the categorical "
+                                      f"domain of {int(m)} codes")
+        cnt = np.bincount(idx, minlength=k * int(m)).reshape(int(m), k).T
+        o = int(layout.hist_off[j])
+        out[o:o + k * int(m)] = cnt.ravel() * weights[1 + j]
+    for f, col in enumerate(layout.num_cols):
+        ws, wq = float(weights[1 + c + f]), float(weights[1 + c + p + f])
+        half = (layout.upper[f] - layout.lower[f]) / 2.0
+        np.multiply(X[:, col], 1.0 / half, out=buf)            # x~ = (x - lo) / half - 1, clamped
+        buf -= layout.lower[f] / half + 1.0
+        if not np.isfinite(buf.sum()):
+            raise DataValidationError(f"column {layout.names[col]!r}: NaN/Inf value(s)")
+        np.clip(buf, -1.0, 1.0, out=buf)
+        sq = np.square(buf)
+        sq *= wq
         np.rint(sq, out=sq)
-        onehot = np.zeros((n, k))
-        onehot[np.arange(n), y] = 1.0
-        sums = onehot.T @ np.hstack([z, sq])            # (k, 2P), exact integers
-        out[layout.s_off:layout.q_off] = np.rint(sums[:, :p]).astype(np.int64).ravel()
-        out[layout.q_off:] = np.rint(sums[:, p:]).astype(np.int64).ravel()
+        buf *= ws
+        np.rint(buf, out=buf)
+        out[layout.s_off + f:layout.q_off:p] = np.rint(np.bincount(y, weights=buf, minlength=k)).astype(np.int64)
+        out[layout.q_off + f::p] = np.rint(np.bincount(y, weights=sq, minlength=k)).astype(np.int64)
     return out
 
 
@@ -285,28 +296,6 @@ def _check_labels(y: np.ndarray | None, n: int, k: int) -> np.ndarray:
         bad = int(np.sum((y < 0) | (y >= k))) if np.issubdtype(y.dtype, np.number) else n
         raise DataValidationError(f"labels: {bad} value(s) outside the schema's classes 0..{k - 1}")
     return y.astype(np.int64, copy=False)
-
-
-def _check_records(X: np.ndarray, layout: Layout) -> None:
-    """Cheap re-check of what the statistics rely on: finite values, codes inside their domains.
-
-    A code outside its domain would land in another cell and break the sensitivity bound.
-    """
-    if X.ndim != 2 or X.shape[1] != len(layout.cat_cols) + len(layout.num_cols):
-        raise DataValidationError(f"expected a 2-d array with {len(layout.cat_cols) + len(layout.num_cols)} columns")
-    problems = []
-    if len(layout.num_cols):
-        bad = ~np.isfinite(X[:, layout.num_cols])
-        if bad.any():
-            problems.append(f"{int(bad.sum())} NaN/Inf numeric value(s)")
-    if len(layout.cat_cols):
-        codes = X[:, layout.cat_cols]
-        bad = ~((codes >= 0) & (codes < layout.sizes) & (codes == np.floor(codes)))
-        if bad.any():
-            cols = ", ".join(str(int(layout.cat_cols[j])) for j in np.flatnonzero(bad.any(axis=0)))
-            problems.append(f"{int(bad.sum())} categorical value(s) outside their domains (columns {cols})")
-    if problems:
-        raise DataValidationError("records do not match the schema: " + "; ".join(problems))
 
 
 class NaiveBayesParty(PartyAlgorithm):
@@ -331,7 +320,8 @@ class NaiveBayesParty(PartyAlgorithm):
         plan = plan_release(spec)
         X = np.asarray(X, dtype=np.float64)
         y = _check_labels(y, len(X), layout.k)
-        _check_records(X, layout)
+        if X.ndim != 2 or X.shape[1] != spec.schema.n_features:
+            raise DataValidationError(f"expected a 2-d array with {spec.schema.n_features} columns")
         stats = sufficient_statistics(X, y, layout, plan.weights)
         if plan.mechanism == "laplace":
             rel = discrete_laplace(stats, sensitivity=plan.l1, epsilon=spec.epsilon, rng=rng)
@@ -548,7 +538,8 @@ class DPNaiveBayes:
         return self.schema_.validate(X, clip_numeric=True)
 
     def predict_log_proba(self, X: np.ndarray) -> np.ndarray:
-        jll = joint_log_likelihood(self.model_, self._validated(X))
+        Xv = self._validated(X)
+        jll = joint_log_likelihood(self.model_, Xv)
         m = jll.max(axis=1, keepdims=True)
         return jll - (m + np.log(np.sum(np.exp(jll - m), axis=1, keepdims=True)))
 
@@ -556,7 +547,8 @@ class DPNaiveBayes:
         return np.exp(self.predict_log_proba(X))
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        return np.argmax(joint_log_likelihood(self.model_, self._validated(X)), axis=1)
+        Xv = self._validated(X)
+        return np.argmax(joint_log_likelihood(self.model_, Xv), axis=1)
 
     def score(self, X: np.ndarray, y: np.ndarray) -> float:
         return float(np.mean(self.predict(X) == np.asarray(y)))
