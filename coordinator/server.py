@@ -317,7 +317,7 @@ class Coordinator:
         parties = []
         for name in sorted(set(budget) | set(self.store.parties) | connected):
             facts = self.store.parties.get(name, {})
-            last = now if name in connected else seen.get(name, facts.get("last_seen"))
+            last = now if name in connected else seen.get(name, facts.get("registered"))
             parties.append({"name": name, "connected": name in connected, "last_seen": last,
                             **budget.get(name, {"epsilon_spent": 0.0})})
         return {"parties": parties, "jobs": jobs, "now": now}
