@@ -16,7 +16,7 @@ import numpy as np
 
 from dpfed.algorithms import get_algorithm
 from dpfed.federated import JobSpec, Task
-from dpfed.simulation import SimulationResult
+from dpfed.simulation import PURE_DP_DELTA, SimulationResult
 
 __all__ = ["run_ray_simulation"]
 
@@ -72,7 +72,7 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
         actor = _party_actor_class()
         parties = [actor.remote(n, spec.to_json(), X, y,
                                 None if seed is None else f"{seed}:{spec.job_id}:{n}", p,
-                                spec.epsilon * (1 + 1e-9), max(spec.delta, 1e-300))
+                                spec.epsilon * (1 + 1e-9), spec.delta if spec.delta > 0 else PURE_DP_DELTA)
                    for n, (X, y), p in zip(names, party_data, paths)]
         ray.get([p.charge_plan.remote() for p in parties])  # every party charges before any answer
         coord = get_algorithm(spec.algorithm).coordinator(spec, names)

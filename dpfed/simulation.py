@@ -17,7 +17,10 @@ from dpfed.federated import JobSpec
 from dpfed.ledger import BudgetLedger
 from dpfed.rng import SecureRNG
 
-__all__ = ["SimulationResult", "run_inprocess"]
+__all__ = ["SimulationResult", "run_inprocess", "PURE_DP_DELTA"]
+
+#: The delta at which a pure-DP job (delta = 0) is measured: PLD reports an infinite epsilon at 0.
+PURE_DP_DELTA = 1e-12
 
 
 @dataclass
@@ -46,7 +49,7 @@ def run_inprocess(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarr
         raise ValueError("one name per party")
     if ledgers is None:
         ledgers = [BudgetLedger(":memory:", epsilon_limit=spec.epsilon * (1 + 1e-9),
-                                delta_limit=max(spec.delta, 1e-300)) for _ in names]
+                                delta_limit=spec.delta if spec.delta > 0 else PURE_DP_DELTA) for _ in names]
     rngs = (SecureRNG.from_seed(f"{seed}:{spec.job_id}").spawn(len(names)) if seed is not None
             else [SecureRNG() for _ in names])
     halves = [algo.party() for _ in names]
