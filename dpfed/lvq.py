@@ -50,7 +50,7 @@ from typing import Any, Mapping, Sequence
 
 import dp_accounting
 import numpy as np
-from dp_accounting import DpEvent
+from dp_accounting import DpEvent, dp_event
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from dpfed import accounting
@@ -110,8 +110,10 @@ def _init_noise(init: str, eps1: float, delta: float, count_fraction: float) -> 
         return zc, zs, accounting.compose([dp_accounting.GaussianDpEvent(zc), dp_accounting.GaussianDpEvent(zs)])
     if init == "laplace":
         ec, es = count_fraction * eps1, (1.0 - count_fraction) * eps1
-        return 1.0 / ec, 1.0 / es, accounting.compose([dp_accounting.DiscreteLaplaceDpEvent(ec, 1),
-                                                       dp_accounting.LaplaceDpEvent(1.0 / es)])
+        # The sums go through the floating-point-safe dpfed.mechanisms.laplace (es-DP); it is charged as
+        # the worst es-DP mechanism (Kairouz, Oh & Viswanath 2015), valid whatever its grid.
+        return 1.0 / ec, 1.0 / es, accounting.compose([dp_event.DiscreteLaplaceDpEvent(ec, 1),
+                                                       accounting.EpsilonDeltaDpEvent(es, 0.0)])
     if init == "zero":
         z = _gaussian_multiplier(eps1, delta)
         return z, 0.0, dp_accounting.GaussianDpEvent(z)

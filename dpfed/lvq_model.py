@@ -111,6 +111,8 @@ def clipped_gradient_sum(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.nda
     if B == 0:
         return GradientSum(np.zeros_like(W), None if omega is None else np.zeros_like(omega), 0.0, 0, np.zeros(0))
     t = batch_terms(X, y, W, wl, omega, phi, beta)
+    if clip is None and omega is not None:
+        return _unclipped_sum(t, W, omega, learn_omega)
     # prototype parts: -2 a Omega^T u
     if omega is None:
         Pp, Pm = t.Vp, t.Vm
@@ -142,6 +144,20 @@ def clipped_gradient_sum(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.nda
         else:
             gO = np.zeros_like(omega)
     return GradientSum(gW, gO, float(t.cost.sum()), int((norms > clip).sum()) if clip is not None else 0, norms)
+
+
+def _unclipped_sum(t: _Terms, W: np.ndarray, omega: np.ndarray, learn_omega: bool) -> GradientSum:
+    """Non-private batch gradient: Omega^T applied once per prototype, not once per record."""
+    B = len(t.jp)
+    M = np.zeros((len(W), 2 * B))
+    M[t.jp, np.arange(B)] = -2.0 * t.ap
+    M[t.jm, B + np.arange(B)] = -2.0 * t.am
+    gW = (M @ np.concatenate([t.Up, t.Um])) @ omega
+    gO = np.zeros_like(omega)
+    if learn_omega:
+        coef = 2.0 * np.concatenate([t.ap, t.am])
+        gO = (np.concatenate([t.Up, t.Um]) * coef[:, None]).T @ np.concatenate([t.Vp, t.Vm])
+    return GradientSum(gW, gO, float(t.cost.sum()), 0, np.full(B, np.nan))
 
 
 def per_sample_gradients_naive(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.ndarray,

@@ -74,6 +74,11 @@ def test_ghost_clipping_matches_materialised(use_omega: bool) -> None:
     np.testing.assert_allclose(g.prototypes, (gW * s[:, None, None]).sum(0), atol=1e-12)
     if use_omega:
         np.testing.assert_allclose(g.omega, (gO * s[:, None, None]).sum(0), atol=1e-12)
+    # the unclipped (non-private) path is the plain sum
+    u = clipped_gradient_sum(X, y, W, wl, om, None)
+    np.testing.assert_allclose(u.prototypes, gW.sum(0), atol=1e-12)
+    if use_omega:
+        np.testing.assert_allclose(u.omega, gO.sum(0), atol=1e-12)
     # every clipped per-record gradient really has norm <= clip
     assert np.all(norms * s <= clip * (1 + 1e-12))
 
@@ -94,8 +99,6 @@ def _data(n: int = 300, d: int = 4, c: int = 3, seed: int = 0):
 
 @pytest.mark.parametrize("init", ["gaussian", "laplace", "zero"])
 def test_composed_spend_equals_claim(init: str) -> None:
-    if init == "laplace":
-        pytest.importorskip("dpfed.mechanisms")
     spec = _spec(init=init, parties=2)
     plan = privacy_plan(spec.params)
     assert plan.steps == 20
