@@ -118,9 +118,9 @@ def _bernoulli_exp_qr(q: np.ndarray | None, r: np.ndarray, den: int | np.ndarray
             pending, left = pending[more], left[more]
     # fractional part, only where the integer part succeeded; r == 0 stops at K = 1 (odd)
     k = 1
-    if q is None and scalar:  # first step on the whole array, without index bookkeeping
-        a = rng.integers(den_max, n) < r
-        pending = np.flatnonzero(a)
+    if scalar:  # first step on the whole array, without index bookkeeping
+        a = rng.integers(den_max, n) < r  # Bernoulli(r/den); a stop here (K = 1) returns 1
+        pending = np.flatnonzero(a & out)
         rp = r[pending]
         k = 2
     else:
@@ -201,12 +201,20 @@ def sample_discrete_laplace(scale: float | Fraction, size: int | tuple[int, ...]
     parts, have = [], 0
     while have < n:
         need = n - have
-        # oversample by the acceptance rate (>= 0.58 when t > 1, see _laplace_candidates)
-        got = _laplace_candidates(frac.numerator, frac.denominator, need + need // 2 + 16, rng)
+        # oversample by the exact acceptance rate (+2%); any shortfall gets another pass
+        m = int(need / _laplace_acceptance(frac.numerator, frac.denominator) * 1.02) + 32
+        got = _laplace_candidates(frac.numerator, frac.denominator, m, rng)
         parts.append(got[:need])
         have += min(need, got.size)
     out = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
     return out.reshape(shape)
+
+
+def _laplace_acceptance(t: int, s: int) -> float:
+    """P(a proposal of :func:`_laplace_candidates` is kept): the U step keeps
+    (1-e^-1)/(t(1-e^{-1/t})), and "-0" is rejected with probability (1-e^{-s/t})/2."""
+    keep_u = 1.0 if t == 1 else -math.expm1(-1.0) / (-t * math.expm1(-1.0 / t))
+    return keep_u * (1.0 + math.exp(-s / t)) / 2.0
 
 
 def _laplace_candidates(t: int, s: int, m: int, rng: SecureRNG) -> np.ndarray:
@@ -222,19 +230,25 @@ def _laplace_candidates(t: int, s: int, m: int, rng: SecureRNG) -> np.ndarray:
     x = u + t * v          # P(X = x) ∝ exp(-x/t)
     y = x // s if s > 1 else x   # geometric with ratio exp(-s/t)
     b = _bits(rng, y.size)
-    ok = ~(b & (y == 0))   # reject "-0" so zero is not counted twice
-    y, b = y[ok], b[ok]
+    bad = b & (y == 0)     # reject "-0" so zero is not counted twice
+    if bad.any():
+        ok = ~bad
+        y, b = y[ok], b[ok]
     return np.where(b, -y, y)
 
 
 def gaussian_fraction(sigma: float | Fraction) -> tuple[int, Fraction]:
-    """(t, c): the CKS20 Alg. 3 proposal scale t = floor(sigma)+1 and the rational c = cn/cd with
+    """(t, c): the CKS20 Alg. 3 proposal scale t (floor(sigma)+1, or the power of two nearest sigma
+    when sigma >= 8) and the rational c = cn/cd with
     sigma'^2 = t * c >= sigma^2 (rounded up, cd a power of two keeping 2*t*cn*cd <= 2**52)."""
     f = _check_positive_param(sigma, "sigma")
     if f > MAX_GAUSSIAN_SIGMA:
         raise ValueError("discrete Gaussian sigma too large for exact int64 sampling (max 2**28)")
     var = f * f
-    t = math.floor(f) + 1
+    # any t > 0 is correct; t near sigma maximises acceptance (0.76 at t = sigma), and a power of
+    # two (acceptance >= 0.65 within a factor sqrt(2) of sigma) makes the uniform draws of
+    # Alg. 2 bit masks instead of rejection + modulo
+    t = 1 << round(math.log2(f)) if f >= 8 else math.floor(f) + 1
     cd = 1
     while 2 * var * (2 * cd) ** 2 <= _GAUSS_DEN_TARGET:
         cd *= 2
@@ -252,6 +266,7 @@ def sample_discrete_gaussian(sigma: float | Fraction, size: int | tuple[int, ...
     """
     t, c = gaussian_fraction(sigma)
     cn, cd = c.numerator, c.denominator
+    sig = math.sqrt(t * cn / cd)
     den_val = 2 * t * cn * cd  # gamma = (|Y| cd - cn)^2 / (2 t cn cd)
     if den_val >= 2**62:
         raise ValueError("discrete Gaussian parameters overflow int64")
@@ -260,13 +275,16 @@ def sample_discrete_gaussian(sigma: float | Fraction, size: int | tuple[int, ...
     parts, have = [], 0
     while have < n:
         need = n - have
-        # acceptance rate of Alg. 3 with t = floor(sigma)+1 is >= 0.6 for sigma >= 1
-        m = need + need * 3 // 4 + 16
+        # acceptance of Alg. 3 ~ sqrt(pi/2) (sigma/t) exp(-sigma^2/(2t^2)) for large sigma
+        # (>= 0.65 here); below sigma = 8 use the lower bound 0.54
+        acc = 0.54 if t < 8 else math.sqrt(math.pi / 2) * (sig / t) * math.exp(-sig * sig / (2 * t * t))
+        m = int(need / acc * 1.02) + 32
         y = sample_discrete_laplace(t, m, rng)
         diff = np.abs(y) * cd - cn
         big = np.abs(diff) >= 3_000_000_000  # diff**2 would overflow int64: exact Python ints
-        sq = np.where(big, 0, diff) ** 2
-        q, r = sq // den_val, sq % den_val
+        sq = (np.where(big, 0, diff) if big.any() else diff) ** 2
+        q = sq // den_val
+        r = sq - q * den_val
         for i in np.flatnonzero(big):
             q[i], r[i] = divmod(int(diff[i]) ** 2, den_val)
         got = y[_bernoulli_exp_qr(q, r, den_val, rng)][:need]
