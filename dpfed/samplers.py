@@ -63,13 +63,17 @@ def _bernoulli_exp_minus_one(rng: SecureRNG, n: int) -> np.ndarray:
     One uniform M in [0, 12!) decides the first 12 steps at once (K > k  <=>  M < 12!/k!, exact
     because k! divides 12!); the 1 in 12! chains that survive continue one step at a time.
     """
-    m = rng.integers(_FACT12, n)
+    return _exp_minus_one_from_uniform(rng.integers(_FACT12, n), rng)
+
+
+def _exp_minus_one_from_uniform(m: np.ndarray, rng: SecureRNG) -> np.ndarray:
+    """[K odd] for Alg. 1 with gamma = 1, from M uniform on [0, 12!) (see above)."""
     # K = 2 <=> M in [12!/2, 12!) (even); K = 3 <=> M in [12!/6, 12!/2) (odd); 1/24 go on
     out = (m < _FACT_THRESH[1]) & (m >= _FACT_THRESH[2])
     rest = np.flatnonzero(m < _FACT_THRESH[3])
     if rest.size:
         # K = 1 + #{k in 1..12 : M < 12!/k!}   (thresholds decrease in k)
-        k = 1 + np.searchsorted(-_FACT_THRESH, -m[rest], side="right")
+        k = 1 + np.searchsorted(-_FACT_THRESH, -m[rest], side="left")
         long = np.flatnonzero(k > 12)
         if long.size:  # probability 1/12! per draw: continue Algorithm 1 sequentially
             kk = np.full(long.size, 13, dtype=np.int64)

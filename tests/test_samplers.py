@@ -201,3 +201,17 @@ def test_overflowing_parameters_raise():
         bernoulli_exp(np.array([-1]), 3, rng("neg"))
     with pytest.raises(ValueError):
         bernoulli_exp(np.array([0.5]), 3, rng("float"))
+
+
+def test_exp_minus_one_boundaries_exact():
+    """Alg. 1 (gamma = 1) from one uniform M on [0, 12!): K > k exactly when M < 12!/k!. Checked at
+    every threshold and its neighbours (a deterministic test, no false alarms)."""
+    f12 = math.factorial(12)
+    ms = sorted({m for k in range(1, 13) for m in (f12 // math.factorial(k) + d for d in (-1, 0, 1))
+                 if 0 <= m < f12})
+    got = samplers._exp_minus_one_from_uniform(np.array(ms, dtype=np.int64), rng("bounds"))
+    for m, g in zip(ms, got):
+        if m == 0:
+            continue  # K > 12: continues at random
+        k_stop = 1 + sum(m < f12 // math.factorial(j) for j in range(1, 13))
+        assert bool(g) == (k_stop % 2 == 1), m
