@@ -19,7 +19,10 @@ Example (relative paths are relative to the config file)::
 from __future__ import annotations
 
 import os
-import tomllib
+try:  # Python >= 3.11
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser from PyPI
+    import tomli as tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -35,7 +35,7 @@ def test_k8s_configmaps_hold_valid_configs(tmp_path):
     docs = list(yaml.safe_load_all((DEPLOY / "k8s/party.yaml").read_text()))
     cm = next(d for d in docs if d and d["kind"] == "ConfigMap")
     assert Schema.from_json(cm["data"]["schema.json"]).n_features == 2
-    import tomllib
+    from coordinator.config import tomllib
 
     assert tomllib.loads(cm["data"]["party.toml"])["ledger"].startswith("/state")
 
