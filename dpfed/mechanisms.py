@@ -415,9 +415,10 @@ def randomized_response(values, *, k: int, epsilon: float, rng: SecureRNG) -> Re
     pending = np.arange(flat.size)
     while pending.size:
         y = rng.integers(k, pending.size)
-        same = y == flat[pending]
-        m = pending.size
-        acc = same | _bernoulli_exp_qr(np.full(m, e.numerator // e.denominator, np.int64),
+        acc = y == flat[pending]
+        other = np.flatnonzero(~acc)  # these are kept with probability exp(-eps)
+        m = other.size
+        acc[other] = _bernoulli_exp_qr(np.full(m, e.numerator // e.denominator, np.int64),
                                        np.full(m, e.numerator % e.denominator, np.int64),
                                        e.denominator, rng)
         out[pending[acc]] = y[acc]

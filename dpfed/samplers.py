@@ -276,13 +276,17 @@ def sample_discrete_gaussian(sigma: float | Fraction, size: int | tuple[int, ...
         raise ValueError("discrete Gaussian parameters overflow int64")
     shape = _size_tuple(size)
     n = int(np.prod(shape))
+    # acceptance of Alg. 3 (CKS20 §5.3): sum_y e^{-y²/2σ²} e^{-σ²/2t²} / sum_y e^{-|y|/t}
+    if sig < 64:
+        ys = np.arange(-int(40 * sig) - 2, int(40 * sig) + 3, dtype=np.float64)
+        mass = float(np.exp(-ys * ys / (2 * sig * sig)).sum())
+    else:
+        mass = math.sqrt(2 * math.pi) * sig
+    acc = mass * math.exp(-sig * sig / (2 * t * t)) * -math.expm1(-1 / t) / (1 + math.exp(-1 / t))
     parts, have = [], 0
     while have < n:
         need = n - have
-        # acceptance of Alg. 3 ~ sqrt(pi/2) (sigma/t) exp(-sigma^2/(2t^2)) for large sigma
-        # (>= 0.65 here); below sigma = 8 use the lower bound 0.54
-        acc = 0.54 if t < 8 else math.sqrt(math.pi / 2) * (sig / t) * math.exp(-sig * sig / (2 * t * t))
-        m = int(need / acc * 1.02) + 32
+        m = int(need / acc * 1.02) + 32  # batch size only: any value keeps the law exact
         y = sample_discrete_laplace(t, m, rng)
         diff = np.abs(y) * cd - cn
         big = np.abs(diff) >= 3_000_000_000  # diff**2 would overflow int64: exact Python ints
