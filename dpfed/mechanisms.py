@@ -126,21 +126,26 @@ def _grid_bits_check(grid_bits: int | None) -> int | None:
 def _to_grid(x: np.ndarray, k: int) -> np.ndarray:
     """round(x * 2^k) as int64; x * 2^k is exact in binary floating point."""
     scaled = np.ldexp(x, k)
-    if scaled.size and np.max(np.abs(scaled)) >= _MAX_GRID_INT:
+    if scaled.size and (scaled.max() >= _MAX_GRID_INT or scaled.min() <= -_MAX_GRID_INT):
         raise ValueError(f"values too large for the public grid 2^-{k}: clamp them to public bounds "
                          "or pass a smaller grid_bits")
     return np.rint(scaled).astype(np.int64)
 
 
 def _from_grid(z: np.ndarray, k: int) -> np.ndarray:
+    """z * 2^-k as floats: a deterministic function of the integers (post-processing)."""
+    if -1000 <= k <= 1000:
+        return z * math.ldexp(1.0, -k)  # exact power-of-two scaling of float(z)
     return np.ldexp(z.astype(np.float64), -k)
 
 
 def _checked_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    out = a + b
-    if np.any(((a ^ out) & (b ^ out)) < 0):  # signed overflow (probability < e^-500)
-        raise OverflowError("noisy value overflowed int64; nothing was released")
-    return out
+    """a + b for int64 arrays with |a| < 2^62; refuses (probability < e^-500 for grid noise)
+    when the noise is so large that the sum could overflow."""
+    if b.size and (b.max() >= 2**62 or b.min() <= -(2**62)) or \
+            a.size and (a.max() >= 2**62 or a.min() <= -(2**62)):
+        raise OverflowError("noisy value would overflow int64; nothing was released")
+    return a + b
 
 
 def _down(x: float) -> float:

@@ -288,12 +288,18 @@ def sample_discrete_gaussian(sigma: float | Fraction, size: int | tuple[int, ...
         need = n - have
         m = int(need / acc * 1.02) + 32  # batch size only: any value keeps the law exact
         y = sample_discrete_laplace(t, m, rng)
-        diff = np.abs(y) * cd - cn
-        big = np.abs(diff) >= 3_000_000_000  # diff**2 would overflow int64: exact Python ints
-        sq = (np.where(big, 0, diff) if big.any() else diff) ** 2
+        diff = np.abs(y) * cd - cn if cd > 1 else np.abs(y) - cn
+        if y.size and max(int(y.max()), -int(y.min())) * cd + cn < 3_000_000_000:
+            big = ()
+            sq = diff * diff
+        else:  # diff**2 would overflow int64 somewhere: those entries use exact Python ints
+            big = np.flatnonzero(np.abs(diff) >= 3_000_000_000)
+            sq = diff.copy()
+            sq[big] = 0
+            sq *= sq
         q = sq // den_val
         r = sq - q * den_val
-        for i in np.flatnonzero(big):
+        for i in big:
             q[i], r[i] = divmod(int(diff[i]) ** 2, den_val)
         got = y[_bernoulli_exp_qr(q, r, den_val, rng)][:need]
         parts.append(got)
