@@ -215,3 +215,11 @@ def test_exp_minus_one_boundaries_exact():
             continue  # K > 12: continues at random
         k_stop = 1 + sum(m < f12 // math.factorial(j) for j in range(1, 13))
         assert bool(g) == (k_stop % 2 == 1), m
+
+
+def test_discrete_gaussian_at_max_sigma_uses_exact_big_integer_path():
+    """At sigma = 2^28 some proposals make (|Y| - sigma^2/t)^2 overflow int64; those entries go
+    through exact Python integers. KS against N(0, sigma^2) at level ALPHA."""
+    sigma = float(samplers.MAX_GAUSSIAN_SIGMA)
+    x = sample_discrete_gaussian(sigma, 60_000, rng("dg-max")).astype(float)
+    assert stats.kstest(x / sigma, "norm").pvalue > ALPHA
