@@ -366,10 +366,14 @@ def exponential(scores, *, sensitivity: float, epsilon: float, rng: SecureRNG,
     sens_grid = math.floor(math.ldexp(sens, k)) + 1
     c = 1 if monotonic else 2
     den = e.denominator * c * sens_grid  # gamma_i = e_num (s_max - s_i) / den
-    gap = (int(s.max()) - s).astype(object) * e.numerator
-    qr = [divmod(int(v), den) for v in gap]
-    qq = np.array([min(a, 2**62) for a, _ in qr], dtype=np.int64)  # e^-(2^62): unreachable
-    rr = np.array([b for _, b in qr], dtype=np.int64)
+    gap = int(s.max()) - s  # >= 0, < 2^62
+    if int(gap.max()) * e.numerator < 2**62:  # vectorised exact integer arithmetic
+        num = gap * e.numerator
+        qq, rr = num // den, num % den
+    else:  # exact Python integers; q is capped at 2^62 (acceptance e^-(2^62): never happens)
+        qr = [divmod(int(v) * e.numerator, den) for v in gap]
+        qq = np.array([min(a, 2**62) for a, _ in qr], dtype=np.int64)
+        rr = np.array([b for _, b in qr], dtype=np.int64)
     if size is not None and (int(size) != size or size < 1):
         raise ValueError("size must be a positive integer")
     m = 1 if size is None else int(size)
