@@ -75,7 +75,7 @@ _GRID = 1 << 16            # fixed-point units per unit weight (numeric resoluti
 _MIN_GRID = 1 << 10
 _MAX_SIGMA_UNITS = 1 << 26  # below the discrete Gaussian sampler's 2^28 limit
 _EXACT = float(1 << 52)     # float64 sums of integers are exact below this
-_CHUNK = 1 << 15            # rows per block (14 float64 columns: 1.8 MB, about an L2 cache)
+_CHUNK = 1 << 14            # rows per block (14 float64 columns: 1.8 MB, about an L2 cache)
 
 
 class DataDerivedSchemaWarning(UserWarning):
@@ -249,10 +249,11 @@ def sufficient_statistics(X: np.ndarray, y: np.ndarray, layout: Layout, weights:
     """The weighted integer statistics vector of records ``(X, y)`` (before noise).
 
     ``X`` is float64 already validated against the schema; numeric values are clamped to the
-    public bounds here anyway (clip, then noise). Vectorised, a few passes per column: one
-    ``bincount`` over (value, class) cells per categorical feature, per-class weighted ``bincount``
-    sums per numeric feature (exact: integers below 2^52). Raises :class:`DataValidationError` for
-    NaN/Inf or a code outside its domain (it would land in another cell and break the sensitivity).
+    public bounds here anyway (clip, then noise). Vectorised over blocks of rows that stay in
+    cache: per categorical feature one ``bincount`` over (value, class) cells; the numeric rows of
+    a block go into a (2P, rows) array whose per-class sums are mask products (exact: every partial
+    sum is an integer below 2^52). Raises :class:`DataValidationError` for NaN or a code outside
+    its domain (it would land in another cell and break the sensitivity); Inf is clamped.
     """
     y = np.asarray(y, dtype=np.int64)
     if len(y) * float(weights.max()) >= _EXACT:  # keep every float64 partial sum an exact integer
@@ -261,20 +262,21 @@ def sufficient_statistics(X: np.ndarray, y: np.ndarray, layout: Layout, weights:
                 + sufficient_statistics(X[half:], y[half:], layout, weights))
     out = np.zeros(layout.length, np.int64)
     out[:layout.k] = np.bincount(y, minlength=layout.k) * weights[0]
-    buf, sq = np.empty(min(len(y), _CHUNK)), np.empty(min(len(y), _CHUNK))
+    rows = min(len(y), _CHUNK)
+    buf, zbuf = np.empty(rows), np.empty((2 * len(layout.num_cols), rows))
     for start in range(0, len(y), _CHUNK):  # row blocks that stay in cache while every column is read
-        _block_statistics(X[start:start + _CHUNK], y[start:start + _CHUNK], layout, weights, out, buf, sq)
+        _block_statistics(X[start:start + _CHUNK], y[start:start + _CHUNK], layout, weights, out, buf, zbuf)
     return out
 
 
 def _block_statistics(X: np.ndarray, y: np.ndarray, layout: Layout, weights: np.ndarray, out: np.ndarray,
-                      buf: np.ndarray, sq: np.ndarray) -> None:
+                      buf: np.ndarray, zbuf: np.ndarray) -> None:
     """Add the histogram and numeric-sum statistics of one block of rows to ``out``."""
     n, k = len(y), layout.k
     c, p = len(layout.cat_cols), len(layout.num_cols)
     buf = buf[:n]
     yf = y.astype(np.float64)
-    for j, (col, m) in enumerate(zip(layout.cat_cols, layout.sizes)):  # one pass set per feature
+    for j, (col, m) in enumerate(zip(layout.cat_cols, layout.sizes)):  # a few passes per feature
         np.multiply(X[:, col], k, out=buf)                     # cell index v * k + c
         buf += yf
         try:  # a negative cell (or NaN, cast to INT_MIN) raises; one too large lengthens the count
@@ -284,27 +286,33 @@ def _block_statistics(X: np.ndarray, y: np.ndarray, layout: Layout, weights: np.
         if len(cnt) != k * int(m):
             raise DataValidationError(f"column {layout.names[col]!r}: NaN or value(s) outside the categorical "
                                       f"domain of {int(m)} codes")
-        cnt = cnt.reshape(int(m), k).T
         o = int(layout.hist_off[j])
-        out[o:o + k * int(m)] += cnt.ravel() * weights[1 + j]
-    sq = sq[:n]
+        out[o:o + k * int(m)] += cnt.reshape(int(m), k).T.ravel() * weights[1 + j]
+    if not p:
+        return
+    Z = zbuf[:, :n]                          # rows 0..P-1: rounded x~ sums S, rows P..2P-1: squares Q
     for f, col in enumerate(layout.num_cols):
         # round(ws * clamp(x~, -1, 1)) with x~ = (x - lo) / half - 1, computed as clamp(ws x~, -ws, ws)
         ws, wq = float(weights[1 + c + f]), float(weights[1 + c + p + f])
         half = (layout.upper[f] - layout.lower[f]) / 2.0
-        np.multiply(X[:, col], ws / half, out=buf)
-        buf -= ws * (layout.lower[f] / half + 1.0)
-        np.clip(buf, -ws, ws, out=buf)       # Inf is clamped like any out-of-bound value
-        np.square(buf, out=sq)
-        sq *= wq / (ws * ws)
-        np.rint(sq, out=sq)
-        np.rint(buf, out=buf)
-        s_sum = np.bincount(y, weights=buf, minlength=k)   # exact: integers, partial sums < 2^52
-        q_sum = np.bincount(y, weights=sq, minlength=k)
-        if not (np.isfinite(s_sum).all() and np.isfinite(q_sum).all()):  # NaN survives the clamp
-            raise DataValidationError(f"column {layout.names[col]!r}: NaN value(s)")
-        out[layout.s_off + f:layout.q_off:p] += np.rint(s_sum).astype(np.int64)
-        out[layout.q_off + f::p] += np.rint(q_sum).astype(np.int64)
+        zs, zq = Z[f], Z[p + f]
+        np.multiply(X[:, col], ws / half, out=zs)
+        zs -= ws * (layout.lower[f] / half + 1.0)
+        np.clip(zs, -ws, ws, out=zs)         # Inf is clamped like any out-of-bound value
+        np.square(zs, out=zq)
+        zq *= wq / (ws * ws)
+        np.rint(zq, out=zq)
+        np.rint(zs, out=zs)
+    sums = np.empty((2 * p, k))
+    for cls in range(k - 1):                 # per-class sums by masks: exact (integers below 2^52)
+        np.equal(y, cls, out=buf, casting="unsafe")
+        sums[:, cls] = Z @ buf
+    sums[:, k - 1] = Z.sum(axis=1) - sums[:, :k - 1].sum(axis=1)
+    if not np.isfinite(sums).all():          # NaN survives the clamp
+        bad = sorted({layout.names[int(layout.num_cols[i % p])] for i in np.flatnonzero(~np.isfinite(sums).all(1))})
+        raise DataValidationError(f"column(s) {', '.join(map(repr, bad))}: NaN value(s)")
+    out[layout.s_off:layout.q_off] += np.rint(sums[:p].T).astype(np.int64).ravel()
+    out[layout.q_off:] += np.rint(sums[p:].T).astype(np.int64).ravel()
 
 
 def _check_labels(y: np.ndarray | None, n: int, k: int) -> np.ndarray:
