@@ -221,7 +221,12 @@ def _plan(schema_json: str, eps: float, delta: float, mech: str) -> NBPlan:
     if mech in ("auto", "gaussian") and delta > 0:
         w = _optimal_weights(a, "l2")
         z = gaussian_multiplier(eps, delta)
-        candidates.append(("gaussian", w, float(np.sum(a * (z * np.sqrt(np.sum(w ** 2))) ** 2 / w ** 2))))
+        grid = min(_GRID, int(_MAX_SIGMA_UNITS / (z * np.sqrt(np.sum(w ** 2)))))
+        if grid >= _MIN_GRID:  # sigma in grid units must stay within the exact sampler's range
+            candidates.append(("gaussian", w, float(np.sum(a * (z * np.sqrt(np.sum(w ** 2))) ** 2 / w ** 2))))
+        elif mech == "gaussian":
+            raise ValueError(f"epsilon {eps:g} is too small for an integer Gaussian release of {layout.n_groups} "
+                             "statistic groups; use mechanism 'laplace'")
     name, w, _ = min(candidates, key=lambda c: c[2])
     if name == "laplace":
         weights = np.maximum(np.rint(w * _GRID), 1).astype(np.int64)
@@ -229,11 +234,6 @@ def _plan(schema_json: str, eps: float, delta: float, mech: str) -> NBPlan:
         t = (l1 + 1) / eps  # dpfed.mechanisms.discrete_laplace's scale for L1 > 4096 (slightly conservative)
         return NBPlan("laplace", weights, l1, float(np.sqrt(np.sum(weights.astype(float) ** 2))), t,
                       _discrete_laplace_var(t), dp_event.DiscreteLaplaceDpEvent(float(eps), 1))
-    z = gaussian_multiplier(eps, delta)
-    grid = min(_GRID, int(_MAX_SIGMA_UNITS / (z * np.sqrt(np.sum(w ** 2)))))
-    if grid < _MIN_GRID:
-        raise ValueError(f"epsilon {eps:g} is too small for an integer Gaussian release of {layout.n_groups} "
-                         "statistic groups; use mechanism 'laplace'")
     weights = np.maximum(np.rint(w * grid), 1).astype(np.int64)
     l2 = float(np.sqrt(np.sum(weights.astype(float) ** 2)))
     # dpfed.mechanisms.discrete_gaussian charges GaussianDpEvent(sigma / (l2 (1 + 1/(4 sigma^2)))): take
