@@ -102,7 +102,10 @@ def report(rows: list[dict], ref: dict[str, dict]) -> str:
         cols = []
         for e in EPS:
             v = np.array([r["inertia"] for r in rs if r["epsilon"] == e]) / info["inertia_nonprivate"]
-            cols.append(f"{np.median(v):.3f} [{v.min():.3f}, {v.max():.3f}]" if len(v) else "—")
+            fails = int(np.isnan(v).sum())
+            v = v[~np.isnan(v)]
+            cell_txt = f"{np.median(v):.3f} [{v.min():.3f}, {v.max():.3f}]" if len(v) else "—"
+            cols.append(cell_txt + (f" ({fails} failed)" if fails else ""))
         nseeds = max(sum(1 for r in rs if r["epsilon"] == e) for e in EPS)
         secs = np.median([r["seconds"] for r in rs])
         lines.append(f"| {cell} | {info['n']} | {info['d']} | {info['k']} | {parties} | {method} | {nseeds} | "
@@ -129,6 +132,7 @@ def plot(rows: list[dict], ref: dict[str, dict], path: Path) -> None:
                 es = [e for e in EPS if any(r["epsilon"] == e for r in rs)]
                 v = [np.array([r["inertia"] for r in rs if r["epsilon"] == e]) / ref[cell]["inertia_nonprivate"]
                      for e in es]
+                v = [x[~np.isnan(x)] if (~np.isnan(x)).any() else np.array([np.nan]) for x in v]
                 med = [np.median(x) for x in v]
                 ax.plot(es, med, style, marker="o", label=f"{method} P={parties}")
                 ax.fill_between(es, [x.min() for x in v], [x.max() for x in v], alpha=0.12)
@@ -179,7 +183,11 @@ def main(argv: list[str] | None = None) -> int:
                                 continue
                             if (cell, method, parties, eps, seed) in done:
                                 continue
-                            row = run_one(cell, X, schema, k, method, parties, eps, seed)
+                            try:
+                                row = run_one(cell, X, schema, k, method, parties, eps, seed)
+                            except ValueError as exc:  # e.g. too few records per block: a failed fit
+                                row = {"cell": cell, "method": method, "parties": parties, "epsilon": eps,
+                                       "seed": seed, "inertia": float("nan"), "seconds": 0.0, "error": str(exc)}
                             with ROWS.open("a") as f:
                                 f.write(json.dumps(row) + "\n")
                             print(f"{cell} {method} P={parties} eps={eps:g} seed={seed}: ratio "

@@ -357,10 +357,10 @@ def fit_private(X: np.ndarray, lower: np.ndarray, upper: np.ndarray, plan: KMean
     else:
         n_noisy = int(_dl(np.array([len(X)]), plan.count_noise, rng)[0])
         size = block_size if block_size > 0 else per_cluster * k
-        m = min(max_blocks, n_noisy // size)
-        if m < 3:
-            raise ValueError(f"too few records (noisy count {n_noisy}) for sample-and-aggregate with k={k}: "
-                             f"need at least 3 blocks of {size} records")
+        m = max(3, min(max_blocks, n_noisy // size))  # at least 3 blocks (the center of attention needs 3)
+        if len(X) < m * k:
+            raise ValueError(f"too few records for sample-and-aggregate with k={k}: {m} blocks need at least "
+                             f"{m * k} records")
         blocks = assign_blocks(len(X), m, np_rng)
         small = sum(len(b) < k for b in blocks)
         if small:
