@@ -80,7 +80,9 @@ def test_dpkmeans_lloyd_and_coa_run_and_spend_their_budget() -> None:
 
 def test_bad_input_gives_clear_errors() -> None:
     X, _, _ = make_blobs(600, 2, 3, seed=0)
-    with pytest.raises(ValueError, match="fewer than k=5"):
+    with pytest.raises(ValueError, match="fewer than k=5"):   # k larger than some blocks
+        DPKMeans(5, bounds=(-15, 15), block_size=5, random_state=0).fit(X)
+    with pytest.raises(ValueError, match="blocks need at least"):  # k larger than every block
         DPKMeans(5, bounds=(-15, 15), block_size=3, random_state=0).fit(X)
     with pytest.raises(ValueError, match="too few records"):
         DPKMeans(3, bounds=(-15, 15), random_state=0).fit(X[:8])
