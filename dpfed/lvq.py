@@ -484,20 +484,20 @@ def run_local(spec: JobSpec, X: np.ndarray, y: np.ndarray, rng: SecureRNG) -> LV
     X = spec.schema.validate(X, y)
     private = bool({**DEFAULTS, **spec.params}["private"])
     gen = rng.numpy()
+    Z = rescale(X, spec.schema.lower, spec.schema.upper)
     while (task := coord.next_task()) is not None:
         if private:
             ans = party.answer(spec, task, X, y, rng)
         else:
-            ans = _nonprivate_answer(spec, task, X, y, gen)
+            ans = _nonprivate_answer(spec, task, Z, y, gen)
         coord.absorb(task, {"local": ans})
     return coord
 
 
-def _nonprivate_answer(spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray, gen: np.random.Generator) -> Answer:
-    """The party's computation without clipping or noise (baseline only; never used by a party)."""
+def _nonprivate_answer(spec: JobSpec, task: Task, Z: np.ndarray, y: np.ndarray, gen: np.random.Generator) -> Answer:
+    """The party's computation on rescaled records ``Z`` without clipping or noise (baselines only)."""
     p = {**DEFAULTS, **spec.params}
     c, d, ppc, rank, learn_omega = _layout(spec)
-    Z = rescale(X, spec.schema.lower, spec.schema.upper)
     if task.kind == "init":
         sums = np.zeros((c, d))
         np.add.at(sums, y, Z - _init_center(p, d))
