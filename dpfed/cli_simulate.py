@@ -112,7 +112,9 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
     for i, (Xtr, ytr, Xte, yte) in enumerate(folds):
         party_data = [(Xp, yp if algo.needs_labels else None)
                       for Xp, yp in split_parties(Xtr, ytr, args.parties, args.split, split_rng)]
-        spec = JobSpec(f"sim-{uuid.uuid4().hex[:12]}", args.algorithm, params, ds.schema)
+        # a seeded run names its jobs from the seed: party noise is keyed by (seed, job id, party)
+        job_id = f"sim-seed{args.seed}-fold{i}" if args.seed is not None else f"sim-{uuid.uuid4().hex[:12]}"
+        spec = JobSpec(job_id, args.algorithm, params, ds.schema)
         label = f"{args.algorithm} fold {i + 1}/{len(folds)}" if len(folds) > 1 else args.algorithm
         progress = _Progress(label, enabled=True)
         if args.transport == "inproc":
