@@ -21,6 +21,8 @@ from typing import Any
 
 import grpc
 
+from dpfed.algorithms import add_algorithm_arguments
+
 __all__ = ["add_commands", "format_status"]
 
 
@@ -88,7 +90,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     help="extra job parameter (VALUE parsed as JSON when it can be; repeatable)")
     sb.add_argument("--wait", action="store_true", help="wait for the job to end and print its record")
     _admin_args(sb)
-    _algorithm_args(sb)
+    add_algorithm_arguments(sb)
     sb.set_defaults(func=_cmd_submit)
     for name, fn, hlp in (("wait", _cmd_wait, "wait for a job to end"), ("cancel", _cmd_cancel, "cancel a job")):
         p = jsub.add_parser(name, help=hlp)
@@ -121,22 +123,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     iss.add_argument("--san", action="append", default=[], metavar="HOST",
                      help="extra DNS name or IP address (repeatable; localhost and 127.0.0.1 are always in)")
     iss.set_defaults(func=_cmd_certs_issue)
-
-
-def _algorithm_args(p: argparse.ArgumentParser) -> None:
-    from dpfed.algorithms import algorithm_names, get_algorithm
-
-    seen = set()
-    for name in algorithm_names():
-        try:
-            algo = get_algorithm(name)
-        except ModuleNotFoundError as exc:
-            if not (exc.name or "").startswith("dpfed."):
-                raise
-            continue
-        if algo.add_arguments is not None and algo.add_arguments not in seen:
-            seen.add(algo.add_arguments)
-            algo.add_arguments(p.add_argument_group(f"{name} options"))
 
 
 # ---------------------------------------------------------------------- commands

@@ -5,11 +5,12 @@ imported only when their algorithm is asked for.
 """
 from __future__ import annotations
 
+import argparse
 import importlib
 
 from dpfed.federated import Algorithm
 
-__all__ = ["get_algorithm", "algorithm_names"]
+__all__ = ["get_algorithm", "algorithm_names", "add_algorithm_arguments"]
 
 _MODULES = {
     "naive-bayes": "dpfed.naive_bayes",
@@ -28,3 +29,17 @@ def get_algorithm(name: str) -> Algorithm:
         raise ValueError(f"unknown algorithm {name!r}; choose one of {', '.join(algorithm_names())}")
     module = importlib.import_module(_MODULES[name])
     return module.ALGORITHMS[name]
+
+
+def add_algorithm_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every algorithm's own options to ``parser``, one argument group per algorithm.
+
+    Algorithms that share an options function (GLVQ and GMLVQ) add it once; the parser should use
+    ``conflict_handler="resolve"`` so that two algorithms may both define an option.
+    """
+    seen = set()
+    for name in algorithm_names():
+        algo = get_algorithm(name)
+        if algo.add_arguments is not None and algo.add_arguments not in seen:
+            seen.add(algo.add_arguments)
+            algo.add_arguments(parser.add_argument_group(f"{name} options"))

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from dpfed.algorithms import algorithm_names, get_algorithm
+from dpfed.algorithms import add_algorithm_arguments, algorithm_names, get_algorithm
 from dpfed.datasets import Dataset, kfold_indices, load_dataset, split_parties
 from dpfed.federated import JobSpec
 
@@ -50,17 +50,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cv-train-on-one", action="store_true",
                    help="with --cv: train on one fold and test on the other K-1 (as Brinkrolf et al. do for MNIST)")
     p.add_argument("--json", action="store_true", help="print only one JSON object")
-    seen = set()
-    for name in algorithm_names():
-        try:
-            algo = get_algorithm(name)
-        except ModuleNotFoundError as exc:
-            if not (exc.name or "").startswith("dpfed."):
-                raise
-            continue  # that algorithm's module is not installed in this build
-        if algo.add_arguments is not None and algo.add_arguments not in seen:
-            seen.add(algo.add_arguments)
-            algo.add_arguments(p.add_argument_group(f"{name} options"))
+    add_algorithm_arguments(p)
     p.set_defaults(func=_main)
 
 
