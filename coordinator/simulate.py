@@ -26,14 +26,13 @@ from coordinator.client import AdminClient, JobError
 from coordinator.config import CoordinatorConfig
 from coordinator.server import serve
 from dpfed.federated import JobSpec
-from dpfed.simulation import SimulationResult
+from dpfed.simulation import PURE_DP_DELTA, SimulationResult
 from party.config import write_config
 from protos.security import TlsFiles
 
 __all__ = ["run_grpc_simulation", "SimulationError"]
 
 
-_PURE_DP_DELTA = 1e-12  # the delta at which a pure-DP job's epsilon is measured
 
 
 class SimulationError(RuntimeError):
@@ -106,7 +105,7 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
         env.setdefault("PYTHONWARNINGS", "ignore::UserWarning")  # the seeded-RNG warning, once per party
         eps_limit = spec.epsilon * (1 + 1e-9) if epsilon_limit is None else epsilon_limit
         # PLD epsilons of pure-DP events are infinite at deltas far below 1e-12 (tail truncation)
-        dl = max(spec.delta, _PURE_DP_DELTA) if delta_limit is None else delta_limit
+        dl = (spec.delta if spec.delta > 0 else PURE_DP_DELTA) if delta_limit is None else delta_limit
         (root / "schema.json").write_text(spec.schema.to_json())
         for name, (X, y) in zip(names, party_data):
             pdir = root / name
