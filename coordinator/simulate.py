@@ -33,8 +33,6 @@ from protos.security import TlsFiles
 __all__ = ["run_grpc_simulation", "SimulationError"]
 
 
-
-
 class SimulationError(RuntimeError):
     """A party process could not start, or the job did not finish."""
 
