@@ -38,6 +38,7 @@ from dp_accounting import dp_event
 from scipy.optimize import linear_sum_assignment
 
 from dpfed import accounting
+from dpfed.estimator import EstimatorParams
 from dpfed.federated import Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
 from dpfed.rng import SecureRNG
 from dpfed.sample_aggregate import assign_blocks, center_of_attention_release, clamped_mean_release
@@ -399,7 +400,7 @@ def merge_centers(centers: Sequence[np.ndarray], sizes: Sequence[np.ndarray], k:
 
 # --------------------------------------------------------------------------- estimator
 
-class DPKMeans:
+class DPKMeans(EstimatorParams):
     """scikit-learn-style private k-means.
 
     ``DPKMeans(n_clusters=5, epsilon=1.0, delta=1e-6, bounds=(lower, upper), method="sample-aggregate")``;
@@ -424,18 +425,6 @@ class DPKMeans:
         self.max_blocks = max_blocks
         self.block_size = block_size
         self.random_state = random_state
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("n_clusters", "epsilon", "delta", "bounds", "method", "aggregator",
-                                              "refine_steps", "lloyd_iters", "per_cluster", "max_blocks",
-                                              "block_size", "random_state")}
-
-    def set_params(self, **params: Any) -> "DPKMeans":
-        for k, v in params.items():
-            if k not in self.get_params():
-                raise ValueError(f"unknown parameter {k!r}")
-            setattr(self, k, v)
-        return self
 
     def _plan(self) -> KMeansPlan:
         steps = self.lloyd_iters if self.method == "lloyd" else self.refine_steps

@@ -54,9 +54,9 @@ from typing import Any, Mapping, Sequence
 import dp_accounting
 import numpy as np
 from dp_accounting import DpEvent, dp_event
-from sklearn.base import BaseEstimator, ClassifierMixin
 
 from dpfed import accounting
+from dpfed.estimator import ClassifierScore, EstimatorParams
 from dpfed.federated import Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
 from dpfed.lvq_model import clipped_gradient_sum, predict, rescale
 from dpfed.rng import SecureRNG
@@ -517,7 +517,7 @@ def _nonprivate_answer(spec: JobSpec, task: Task, Z: np.ndarray, y: np.ndarray, 
 
 # ----------------------------------------------------------------------------------- estimators
 
-class _DPLVQBase(BaseEstimator, ClassifierMixin):
+class _DPLVQBase(EstimatorParams, ClassifierScore):
     """Scikit-learn estimator around the federated halves (one party, same code path)."""
 
     _algorithm = "glvq"

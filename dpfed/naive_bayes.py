@@ -59,6 +59,7 @@ import numpy as np
 from dp_accounting import dp_event
 
 from dpfed import accounting
+from dpfed.estimator import ClassifierScore, EstimatorParams
 from dpfed.federated import Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
 from dpfed.rng import SecureRNG
 from dpfed.schema import DataValidationError, Feature, Schema
@@ -503,7 +504,7 @@ def evaluate(model: Mapping[str, np.ndarray], X: np.ndarray, y: np.ndarray | Non
 
 # --------------------------------------------------------------------------- estimator
 
-class DPNaiveBayes:
+class DPNaiveBayes(EstimatorParams, ClassifierScore):
     """Scikit-learn-style DP naive Bayes for one array: the party and coordinator halves, one party.
 
     ``schema`` gives the public domains and bounds; without one, ``fit`` derives all-numeric bounds
@@ -516,18 +517,6 @@ class DPNaiveBayes:
                  var_floor: float = DEFAULT_VAR_FLOOR) -> None:
         self.epsilon, self.delta, self.schema, self.random_state = epsilon, delta, schema, random_state
         self.mechanism, self.alpha, self.var_floor = mechanism, alpha, var_floor
-
-    _PARAMS = ("epsilon", "delta", "schema", "random_state", "mechanism", "alpha", "var_floor")
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self._PARAMS}
-
-    def set_params(self, **params: Any) -> "DPNaiveBayes":
-        for name, value in params.items():
-            if name not in self._PARAMS:
-                raise ValueError(f"invalid parameter {name!r} for DPNaiveBayes")
-            setattr(self, name, value)
-        return self
 
     def _schema_for(self, X: np.ndarray, y: np.ndarray) -> Schema:
         if self.schema is not None:
@@ -579,8 +568,6 @@ class DPNaiveBayes:
         Xv = self._validated(X)
         return np.argmax(joint_log_likelihood(self.model_, Xv), axis=1)
 
-    def score(self, X: np.ndarray, y: np.ndarray) -> float:
-        return float(np.mean(self.predict(X) == np.asarray(y)))
 
 
 # --------------------------------------------------------------------------- registry

@@ -1,0 +1,55 @@
+"""Scikit-learn's estimator conventions without importing scikit-learn (a test/bench extra only).
+
+``get_params`` / ``set_params`` read the constructor's signature, so ``sklearn.base.clone``, grid
+searches and pipelines treat dpfed models like their own; ``ClassifierScore.score`` is accuracy.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import numpy as np
+
+__all__ = ["EstimatorParams", "ClassifierScore"]
+
+
+class EstimatorParams:
+    """Parameters are the constructor's arguments, stored under the same names."""
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return sorted(p.name for p in sig.parameters.values()
+                      if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> "EstimatorParams":
+        names = self._param_names()
+        for name, value in params.items():
+            if name not in names:
+                raise ValueError(f"invalid parameter {name!r} for {type(self).__name__}; valid: {', '.join(names)}")
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
+        changed = []
+        for k, v in self.get_params().items():
+            d = defaults.get(k, inspect.Parameter.empty)
+            try:
+                same = d is not inspect.Parameter.empty and bool(v == d)
+            except (ValueError, TypeError):  # arrays compare element-wise
+                same = False
+            if not same:
+                changed.append(f"{k}={v!r}")
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+
+class ClassifierScore:
+    """``score(X, y)``: mean accuracy of ``predict(X)``, as scikit-learn classifiers define it."""
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        correct = (self.predict(X) == np.asarray(y)).astype(np.float64)
+        return float(np.average(correct, weights=sample_weight))
