@@ -113,7 +113,8 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
             values = {"name": name, "coordinator": address, "data": str(pdir / "data.npz"),
                       "ledger": str(pdir / "ledger.sqlite"), "epsilon_limit": eps_limit, "delta_limit": dl,
                       "insecure": insecure, "reconnect_seconds": 0.5, "plugins": list(plugins),
-                      "schema_file": str(root / "schema.json"), "exit_with_parent": True}
+                      "schema_file": str(root / "schema.json"), "exit_with_parent": True,
+                      "simulation": True}
             if seed is not None:
                 values["seed"] = int(seed)
             if not insecure:

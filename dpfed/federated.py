@@ -101,6 +101,12 @@ class PartyAlgorithm(ABC):
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Answer:
         """Compute the task's release from local records (already validated against ``spec.schema``)."""
 
+    def needs_secure_aggregation(self, spec: JobSpec) -> bool:
+        """True when this job's answers are private against the coordinator only if a secure
+        aggregation hides each party's single answer (e.g. distributed noise). dpfed has no secure
+        aggregation yet, so a party daemon refuses such jobs unless it runs in a simulation."""
+        return False
+
 
 class CoordinatorAlgorithm(ABC):
     """The coordinator half: issues tasks, aggregates answers (post-processing only), builds the model."""

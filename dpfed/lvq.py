@@ -237,6 +237,10 @@ class LVQParty(PartyAlgorithm):
             self._scaled[spec.job_id] = hit
         return hit[1]
 
+    def needs_secure_aggregation(self, spec: JobSpec) -> bool:
+        """Distributed noise: each answer carries only 1/P of the noise variance."""
+        return spec.params.get("noise", DEFAULTS["noise"]) == "distributed"
+
     def job_event(self, spec: JobSpec) -> DpEvent:
         p = {**DEFAULTS, **spec.params}
         if not p["private"]:

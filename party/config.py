@@ -17,6 +17,8 @@ Example (relative paths are relative to the config file)::
     plugins = []                      # extra modules defining ALGORITHMS (must match the coordinator)
     # seed = 0                        # TESTS/SIMULATIONS ONLY: reproducible noise (no privacy)
     # exit_with_parent = false        # simulations: quit when the process that started the daemon dies
+    # simulation = false              # SIMULATIONS ONLY: accept jobs whose privacy against the coordinator
+                                      # needs secure aggregation (e.g. LVQ --noise distributed)
 
     [tls]
     ca = "certs/ca.crt"               # the deployment CA (verifies the coordinator)
@@ -56,7 +58,7 @@ __all__ = ["PartyConfig", "ConfigError"]
 
 _KEYS = {"name", "coordinator", "data", "ledger", "epsilon_limit", "delta_limit", "accountant", "insecure",
          "reconnect_seconds", "max_message_bytes", "chunk_bytes", "plugins", "seed", "tls", "schema",
-         "schema_file", "exit_with_parent"}
+         "schema_file", "exit_with_parent", "simulation"}
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class PartyConfig:
     plugins: tuple[str, ...] = field(default=())
     seed: int | str | None = None
     exit_with_parent: bool = False    # simulation: quit when the process that started us is gone
+    simulation: bool = False          # accept jobs that need secure aggregation (simulations only)
 
     def __post_init__(self) -> None:
         from coordinator.certs import valid_name
@@ -117,7 +120,8 @@ class PartyConfig:
                        max_message_bytes=int(t.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES)),
                        chunk_bytes=int(t.get("chunk_bytes", DEFAULT_CHUNK_BYTES)),
                        plugins=tuple(str(p) for p in t.get("plugins", ())), seed=t.get("seed"),
-                       exit_with_parent=bool(t.get("exit_with_parent", False)))
+                       exit_with_parent=bool(t.get("exit_with_parent", False)),
+                       simulation=bool(t.get("simulation", False)))
         except ConfigError:
             raise
         except (TypeError, ValueError, OSError) as exc:

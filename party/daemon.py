@@ -201,6 +201,10 @@ class PartyDaemon:
         if algo.needs_labels and self.y is None:
             return pb.JobResponse(**ids, accept=False, reason=f"{spec.algorithm} needs labels; this party has none"), None
         half = algo.party()
+        if half.needs_secure_aggregation(spec) and not cfg.simulation:
+            return pb.JobResponse(**ids, accept=False, reason=(
+                "this job is private against the coordinator only under secure aggregation (e.g. distributed "
+                "noise), which dpfed does not implement; the party accepts it only in simulations")), None
         try:
             event = half.job_event(spec)
         except (TaskRejected, ValueError, TypeError, KeyError) as exc:
