@@ -123,6 +123,7 @@ def plot(rows: list[dict], ref: dict[str, dict], path: Path) -> None:
     cols = min(3, len(cells))
     nrow = -(-len(cells) // cols)
     fig, axes = plt.subplots(nrow, cols, figsize=(5 * cols, 3.6 * nrow), squeeze=False)
+    colour = {"sa": "tab:blue", "sa-coa": "tab:green", "lloyd": "tab:purple", "diffprivlib": "tab:pink"}
     for ax, cell in zip(axes.flat, cells):
         for method in ("sa", "sa-coa", "lloyd", "diffprivlib"):
             for parties, style in ((1, "-"), (5, "--")):
@@ -134,8 +135,8 @@ def plot(rows: list[dict], ref: dict[str, dict], path: Path) -> None:
                      for e in es]
                 v = [x[~np.isnan(x)] if (~np.isnan(x)).any() else np.array([np.nan]) for x in v]
                 med = [np.median(x) for x in v]
-                ax.plot(es, med, style, marker="o", label=f"{method} P={parties}")
-                ax.fill_between(es, [x.min() for x in v], [x.max() for x in v], alpha=0.12)
+                ax.plot(es, med, style, marker="o", color=colour[method], label=f"{method} P={parties}")
+                ax.fill_between(es, [x.min() for x in v], [x.max() for x in v], color=colour[method], alpha=0.10)
         if cell == "blobs-d10-n1e5":
             ax.axhline(ANCHORS["diffprivlib"], color="grey", ls=":", lw=1)
             ax.axhline(ANCHORS["google-lsh"], color="black", ls=":", lw=1)
@@ -147,8 +148,8 @@ def plot(rows: list[dict], ref: dict[str, dict], path: Path) -> None:
         ax.grid(True, which="both", alpha=0.3)
     for ax in list(axes.flat)[len(cells):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
+    fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="upper center", fontsize=8, ncol=7)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
     fig.savefig(path, dpi=110)
 
 
