@@ -48,6 +48,7 @@ import functools
 import json
 import math
 import uuid
+import zlib
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -371,7 +372,8 @@ class LVQCoordinator(CoordinatorAlgorithm):
         self.steps = self.plan.steps if self.plan else int(round(float(self.p["epochs"]) / float(self.p["sampling_rate"])))
         self.labels = _prototype_labels(self.c, self.ppc)
         # public, data-independent start: box centre plus a tiny offset to break ties between prototypes
-        pub = np.random.default_rng(abs(hash(spec.job_id)) % (2**32))
+        # (keyed by a stable digest of the job id: Python's str hash is salted per process)
+        pub = np.random.default_rng(zlib.crc32(spec.job_id.encode()))
         self.W = pub.normal(0.0, 1e-3, (len(self.labels), self.d))
         self.omega = None
         if self.rank:
