@@ -134,27 +134,43 @@ def kmeans(X: np.ndarray, k: int, rng: np.random.Generator, *, n_init: int = 1, 
 
 
 def block_kmeans(X: np.ndarray, blocks: Sequence[np.ndarray], k: int, rng: np.random.Generator, *,
-                 iters: int = 20) -> np.ndarray:
-    """k-means++ + ``iters`` Lloyd steps on every block at once: (m, k, d) centers.
+                 iters: int = 20, chunk_bytes: int = 1 << 22) -> np.ndarray:
+    """k-means++ + up to ``iters`` Lloyd steps on every block, batched: (m, k, d) centers.
 
-    The same computation as :func:`kmeans` per block (the sample-and-aggregate estimator, run
-    through :func:`dpfed.sample_aggregate.run_blocks` it would be a Python loop), batched over
-    blocks padded to the largest block with zero weights. Each block needs >= k records."""
+    Per block the same computation as :func:`kmeans_plusplus` then :func:`lloyd` (the
+    sample-and-aggregate estimator; through :func:`dpfed.sample_aggregate.run_blocks` it would
+    be a Python loop over ~1000 blocks), on 3-d arrays (blocks x records x d) padded with zero
+    weights and processed in chunks of about ``chunk_bytes`` of records. The k uniforms of block
+    j's k-means++ are the j-th k draws of ``rng`` (as sequential per-block calls would take
+    them). A block whose labels did not change in a Lloyd step is at a fixed point (its centers
+    would be recomputed bit for bit), so it leaves the batch: same answer as ``iters`` steps.
+    Each block needs >= k records."""
     m, d = len(blocks), X.shape[1]
     sizes = np.array([len(b) for b in blocks])
     if sizes.min() < k:
         raise ValueError(f"every block needs at least k={k} records")
-    bmax = int(sizes.max())
-    rows = np.repeat(np.arange(m), sizes)
+    u = rng.random((m, k))
+    out = np.empty((m, k, d))
+    per = max(1, int(chunk_bytes) // (8 * d * int(sizes.max())))
+    for s in range(0, m, per):
+        out[s:s + per] = _kmeans_batch(X, blocks[s:s + per], sizes[s:s + per], k, u[s:s + per], iters)
+    return out
+
+
+def _kmeans_batch(X: np.ndarray, blocks: Sequence[np.ndarray], sizes: np.ndarray, k: int, u: np.ndarray,
+                  iters: int) -> np.ndarray:
+    """:func:`block_kmeans` on one chunk of blocks, given their k-means++ uniforms u (mb, k)."""
+    mb, d, bmax = len(blocks), X.shape[1], int(sizes.max())
+    rows = np.repeat(np.arange(mb), sizes)
     cols = np.arange(len(rows)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    P = np.zeros((m, bmax, d))
-    W = np.zeros((m, bmax))
+    P = np.zeros((mb, bmax, d))
+    W = np.zeros((mb, bmax))
     P[rows, cols] = X[np.concatenate(blocks)]
     W[rows, cols] = 1.0
     sq = np.einsum("mbd,mbd->mb", P, P)
-    ar = np.arange(m)
+    ar = np.arange(mb)
 
-    def sqd(C: np.ndarray) -> np.ndarray:  # (m, bmax, kc) squared distances to C (m, kc, d)
+    def sqd(P: np.ndarray, sq: np.ndarray, C: np.ndarray) -> np.ndarray:  # (mb, bmax, kc) to C (mb, kc, d)
         return np.maximum(sq[:, :, None] - 2.0 * np.matmul(P, C.transpose(0, 2, 1))
                           + np.einsum("mkd,mkd->mk", C, C)[:, None, :], 0.0)
 
@@ -162,21 +178,29 @@ def block_kmeans(X: np.ndarray, blocks: Sequence[np.ndarray], k: int, rng: np.ra
         c = np.cumsum(p, axis=1)
         return np.minimum((c <= (u * c[:, -1])[:, None]).sum(axis=1), sizes - 1)
 
-    u = rng.random((m, k))
-    C = np.empty((m, k, d))
+    C = np.empty((mb, k, d))
     C[:, 0] = P[ar, draw(W, u[:, 0])]
-    closest = sqd(C[:, :1])[:, :, 0]
+    closest = sqd(P, sq, C[:, :1])[:, :, 0]
     for j in range(1, k):
         p = W * closest
         p = np.where(p.sum(axis=1, keepdims=True) > 0, p, W)
         C[:, j] = P[ar, draw(p, u[:, j])]
-        np.minimum(closest, sqd(C[:, j:j + 1])[:, :, 0], out=closest)
+        np.minimum(closest, sqd(P, sq, C[:, j:j + 1])[:, :, 0], out=closest)
+    act = ar                                  # blocks still moving
+    prev = np.full((mb, bmax), -1)            # labels of the previous step
     for _ in range(iters):
-        lab = np.argmin(sqd(C), axis=2)
-        onehot = (lab[:, :, None] == np.arange(k)) * W[:, :, None]
+        Pa, Wa = (P, W) if len(act) == mb else (P[act], W[act])
+        lab = np.argmin(sqd(Pa, sq[act], C[act]), axis=2)
+        moving = np.any((lab != prev[act]) & (Wa > 0), axis=1)
+        if not moving.all():                  # fixed points: C[act[~moving]] is final
+            act, lab, Pa, Wa = act[moving], lab[moving], Pa[moving], Wa[moving]
+            if len(act) == 0:
+                break
+        prev[act] = lab
+        onehot = (lab[:, :, None] == np.arange(k)) * Wa[:, :, None]
         cnt = onehot.sum(axis=1)
-        sums = np.matmul(onehot.transpose(0, 2, 1), P)
-        C = np.where(cnt[:, :, None] > 0, sums / np.maximum(cnt, 1.0)[:, :, None], C)
+        sums = np.matmul(onehot.transpose(0, 2, 1), Pa)
+        C[act] = np.where(cnt[:, :, None] > 0, sums / np.maximum(cnt, 1.0)[:, :, None], C[act])
     return C
 
 
@@ -214,11 +238,13 @@ def align_blocks(block_centers: np.ndarray, anchors: np.ndarray) -> np.ndarray:
 
 
 def numeric_part(X: np.ndarray, schema: Schema) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The numeric columns of X with their public bounds (categorical columns are ignored)."""
+    """The numeric columns of X with their public bounds (categorical columns are ignored); no
+    copy when X is already float64 and all numeric (callers must not write to the result)."""
     num = schema.numeric
     if not num.any():
         raise ValueError("k-means needs at least one numeric column in the schema")
-    return np.asarray(X, dtype=np.float64)[:, num], schema.lower, schema.upper
+    Xf = np.asarray(X, dtype=np.float64)
+    return (Xf if num.all() else Xf[:, num]), schema.lower, schema.upper
 
 
 # --------------------------------------------------------------------------- budget plan
