@@ -26,6 +26,7 @@ from dpfed.mechanisms import (
     gaussian,
     laplace,
     randomized_response,
+    rounded_gaussian,
 )
 from dpfed.rng import SecureRNG
 
@@ -90,7 +91,7 @@ def main() -> None:
         ("laplace", "real vector, eps=1, L1 sens 1 (grid 2^-k, discrete Laplace)",
          lambda: laplace(x, sensitivity=1.0, epsilon=1.0, rng=rng),
          "Generator.laplace", lambda: x + g.laplace(0.0, 1.0, n)),
-        ("gaussian", "real vector, (eps, delta) = (1, 1e-6), L2 sens 1 (grid, discrete Gaussian)",
+        ("gaussian", "real vector, (eps, delta) = (1, 1e-6), L2 sens 1 (grid, exact rounded Gaussian)",
          lambda: gaussian(x, sensitivity=1.0, epsilon=1.0, delta=1e-6, rng=rng),
          "Generator.normal", lambda: x + g.normal(0.0, 4.4, n)),
         ("discrete_laplace", "integer counts, eps=1, sens 1",
@@ -98,6 +99,9 @@ def main() -> None:
          "Generator.laplace (rounded)", lambda: counts + np.rint(g.laplace(0.0, 1.0, n))),
         ("discrete_gaussian", "integer counts, sigma=5, sens 1",
          lambda: discrete_gaussian(counts, sensitivity=1.0, sigma=5.0, rng=rng),
+         "Generator.normal (rounded)", lambda: counts + np.rint(g.normal(0.0, 5.0, n))),
+        ("rounded_gaussian", "integer counts, sigma=5, L2 sens 1",
+         lambda: rounded_gaussian(counts, sensitivity=1.0, sigma=5.0, rng=rng),
          "Generator.normal (rounded)", lambda: counts + np.rint(g.normal(0.0, 5.0, n))),
         ("randomized_response", "k=4, eps=1, one response per value",
          lambda: randomized_response(cats, k=4, epsilon=1.0, rng=rng),

@@ -6,10 +6,11 @@ Neighbouring relation: add/remove one record, except randomized response (local 
 value replaced, dp-accounting's ``REPLACE_ONE``).
 
 Floating-point safety (Mironov 2012): no float noise ever touches the output. Integer queries get
-exact discrete noise (:mod:`dpfed.samplers`); real vectors are rounded to a public grid 2^-k,
+exact integer noise (:mod:`dpfed.samplers`); real vectors are rounded to a public grid 2^-k,
 the rounding error is added to the sensitivity (each coordinate moves by at most one grid step:
-L1 grows by d*2^-k, L2 by sqrt(d)*2^-k, as OpenDP's float-to-bigint does), exact discrete
-noise is added on the grid and the integer result is scaled back (post-processing).
+L1 grows by d*2^-k, L2 by sqrt(d)*2^-k, as OpenDP's float-to-bigint does), exact integer
+noise (discrete Laplace; rounded Gaussian) is added on the grid and the integer result is
+scaled back (post-processing).
 
 Event choices (each checked numerically in tests/test_mechanisms.py against dp-accounting):
 
@@ -17,12 +18,13 @@ Event choices (each checked numerically in tests/test_mechanisms.py against dp-a
   Larger S (the grid): ``LaplaceDpEvent(scale/(S+1))``. The discrete Laplace's privacy curve is
   slightly *worse* than the continuous one at the same S (dp-accounting PLDs show it); it is
   dominated by the continuous one at sensitivity S+1, so the scale is calibrated to (S+1)/epsilon.
-* discrete Gaussian (integer shifts, L2 sensitivity D): ``GaussianDpEvent(sigma/(D*(1+1/(4 sigma^2))))``.
-  The 1-D discrete Gaussian with integer shift 1 is mu-GDP with mu = (1 + ~1/(24 sigma^2))/sigma,
-  i.e. slightly *worse* than the continuous Gaussian (Euler-Maclaurin; verified with 80-digit
-  mpmath for sigma in [0.5, 10]); GDP composes across coordinates (Dong, Roth & Su 2019), so the
-  factor 1 + 1/(4 sigma^2) is a 4x-margin bound. The provable zCDP bound rho = D^2/(2 sigma^2)
-  (Canonne, Kamath & Steinke 2020, Thm. 14) is recorded in ``details["rho"]``.
+* discrete Gaussian (integer query; one record moves m coordinates by at most the integer s):
+  m compositions of ``accounting.DiscreteGaussianDpEvent(sigma, s)``, accounted by dp-accounting's
+  exact discrete-Gaussian PLD (and by its zCDP rho = s^2/(2 sigma^2), Canonne, Kamath & Steinke
+  2020, Prop. 5, under RDP). Provable; the domination argument is in that event's docstring.
+* Gaussian on reals (the grid) and ``rounded_gaussian`` on integers: the noise is round(sigma Z),
+  sampled exactly; on an integer query it is a post-processing of the continuous Gaussian
+  mechanism, so ``GaussianDpEvent(sigma / D)`` is exact (D = L2 sensitivity, on the grid for reals).
 * exponential mechanism: ``DiscreteLaplaceDpEvent(epsilon, 1)``, whose privacy-loss
   distribution is +-epsilon with probabilities e^eps/(1+e^eps), 1/(1+e^eps): the binary
   randomized-response pair that dominates every pure epsilon-DP mechanism (Kairouz, Oh &
@@ -40,13 +42,16 @@ import numpy as np
 from dp_accounting import dp_event
 from scipy import special
 
+from dpfed import accounting
 from dpfed.rng import SecureRNG
 from dpfed.samplers import (
-    MAX_GAUSSIAN_SIGMA,
+    MAX_ROUNDED_GAUSSIAN_SIGMA,
     _bernoulli_exp_qr,
+    gaussian_fraction,
     laplace_fraction,
     sample_discrete_gaussian,
     sample_discrete_laplace,
+    sample_rounded_gaussian,
 )
 
 __all__ = [
@@ -55,6 +60,7 @@ __all__ = [
     "gaussian",
     "discrete_laplace",
     "discrete_gaussian",
+    "rounded_gaussian",
     "exponential",
     "randomized_response",
     "rr_frequencies",
@@ -66,6 +72,8 @@ _MAX_GRID_SCALE = 2.0**50     # discrete Laplace scale on the grid (samplers all
 _MAX_GRID_INT = 2.0**61       # |value| / 2^-k must stay below this (int64 headroom for noise)
 _EXACT_DLAP_MAX_S = 4096      # DiscreteLaplaceDpEvent PLDs enumerate ~S points
 _EPS_DEN = 2**20              # epsilon as a rational with this denominator (rounded down)
+_MAX_GRID_SIGMA = 2.0**27     # Gaussian noise std on the grid (rounded-Gaussian float filter)
+MAX_ACCOUNTED_DG_SIGMA = 2.0**14  # discrete_gaussian: its exact PLD costs ~23 sigma points
 
 
 @dataclass(frozen=True)
@@ -268,22 +276,74 @@ def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0,
     return hi
 
 
-def _dgauss_event(sigma: float, sens: float) -> tuple[dp_event.DpEvent, float]:
-    factor = 1.0 + 1.0 / (4.0 * sigma * sigma)
-    return dp_event.GaussianDpEvent(noise_multiplier=_down(sigma / (_up(sens) * factor))), \
-        _up(sens * sens / (2 * sigma * sigma))
+def _integer_sensitivity(x: Any, name: str) -> int:
+    v = _positive(x, name)
+    if v != math.floor(v) or v >= 2**31:
+        raise ValueError(f"{name} of the discrete Gaussian must be an integer (the largest change of "
+                         "one coordinate); for an L2 sensitivity use rounded_gaussian()")
+    return int(v)
 
 
-def discrete_gaussian(value, *, sensitivity: float, sigma: float, rng: SecureRNG) -> Release:
-    """Exact discrete Gaussian mechanism for integer vectors with L2 ``sensitivity`` (CKS20):
-    value + Z, P(Z=z) ∝ exp(-||z||²/(2 sigma²)). Output: int64 array of the input's shape."""
+def discrete_gaussian(value, *, sigma: float, rng: SecureRNG, sensitivity: int = 1,
+                      coordinates: int = 1) -> Release:
+    """Exact discrete Gaussian mechanism for integer queries (Canonne, Kamath & Steinke 2020):
+    value + Z, P(Z=z) ∝ exp(-||z||²/(2 sigma²)). Output: int64 array of the input's shape.
+
+    One record changes at most ``coordinates`` entries of ``value``, each by at most the integer
+    ``sensitivity`` (a count: 1 and 1; a histogram under add/remove: 1 and 1; a record adding to
+    one cell of each of F tables: 1 and F). The event is ``coordinates`` compositions of
+    :class:`dpfed.accounting.DiscreteGaussianDpEvent` (exact discrete-Gaussian PLD, zCDP for RDP),
+    provably valid; sigma is limited to 2^14 so that its PLD stays cheap (about 0.6 s). For large
+    sigma or an L2 sensitivity use :func:`rounded_gaussian`, charged exactly as the Gaussian.
+    """
+    x = _int_array(value)
+    sens = _integer_sensitivity(sensitivity, "sensitivity")
+    m = _integer_sensitivity(coordinates, "coordinates")
+    sig = _positive(sigma, "sigma")
+    if sig > MAX_ACCOUNTED_DG_SIGMA:
+        raise ValueError(f"discrete_gaussian supports sigma <= 2^14 (its exact PLD enumerates ~23 sigma "
+                         f"points); use rounded_gaussian() for sigma {sig:g}")
+    t, c = gaussian_fraction(sig)
+    sig_used = math.sqrt(t * c.numerator / c.denominator)  # the law actually sampled (>= sigma)
+    noisy = _checked_add(x, sample_discrete_gaussian(sig, x.shape, rng))
+    one = accounting.DiscreteGaussianDpEvent(sigma=sig_used, sensitivity=sens)
+    event = one if m == 1 else dp_event.SelfComposedDpEvent(one, m)
+    rho = _up(m * sens * sens / (2 * sig * sig))
+    return Release(noisy if noisy.ndim else int(noisy), event,
+                   {"sigma": sig, "sensitivity": sens, "coordinates": m, "rho": rho})
+
+
+def _calibrated_sigma(sens: float, sigma: float | None, epsilon: float | None, delta: float | None,
+                      analytic: bool) -> float:
+    if sigma is None:
+        if epsilon is None or delta is None:
+            raise ValueError("give sigma, or both epsilon and delta")
+        return gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=sens, analytic=analytic)
+    if epsilon is not None or delta is not None:
+        raise ValueError("give sigma or (epsilon, delta), not both")
+    return _positive(sigma, "sigma")
+
+
+def rounded_gaussian(value, *, sensitivity: float, rng: SecureRNG, sigma: float | None = None,
+                     epsilon: float | None = None, delta: float | None = None,
+                     analytic: bool = True) -> Release:
+    """Gaussian mechanism for integer queries with L2 ``sensitivity``: value + round(sigma Z),
+    Z ~ N(0, I), sampled exactly (:func:`dpfed.samplers.sample_rounded_gaussian`).
+
+    Integer in, integer out (no floating-point leak), and a post-processing of the continuous
+    Gaussian mechanism (value is an integer, so round(value + sigma Z) = value + round(sigma Z)):
+    ``event = GaussianDpEvent(sigma / sensitivity)`` exactly, with no discretisation factor and
+    no limit on sigma below 2^40. Give ``sigma``, or ``epsilon`` and ``delta``.
+    """
     x = _int_array(value)
     sens = _positive(sensitivity, "sensitivity")
-    sig = _positive(sigma, "sigma")
-    noisy = _checked_add(x, sample_discrete_gaussian(sig, x.shape, rng))
-    event, rho = _dgauss_event(sig, sens)
-    return Release(noisy if noisy.ndim else int(noisy), event,
-                   {"sigma": sig, "sensitivity": sens, "rho": rho})
+    sig = _calibrated_sigma(sens, sigma, epsilon, delta, analytic)
+    noisy = _checked_add(x, sample_rounded_gaussian(sig, x.shape, rng))
+    details = {"sigma": sig, "sensitivity": sens, "rho": _up(sens * sens / (2 * sig * sig))}
+    if epsilon is not None:
+        details.update(epsilon=float(epsilon), delta=float(delta))
+    return Release(noisy if noisy.ndim else int(noisy),
+                   dp_event.GaussianDpEvent(noise_multiplier=_down(sig / _up(sens))), details)
 
 
 def gaussian(value, *, sensitivity: float, rng: SecureRNG, sigma: float | None = None,
@@ -292,41 +352,41 @@ def gaussian(value, *, sensitivity: float, rng: SecureRNG, sigma: float | None =
     """Floating-point-safe Gaussian mechanism for a real vector with L2 ``sensitivity``.
 
     Give ``sigma``, or ``epsilon`` and ``delta`` (calibrated by :func:`gaussian_sigma` against the
-    grid-inflated sensitivity). Rounds to the public grid 2^-k, L2 sensitivity on the grid
-    sens*2^k + sqrt(d), exact discrete Gaussian noise of sigma*2^k, scales back.
-    ``event = GaussianDpEvent(sigma_g / (sens_g (1 + 1/(4 sigma_g^2))))``; see the module notes.
+    grid-inflated sensitivity). Rounds to the public grid 2^-k (L2 sensitivity on the grid
+    sens*2^k + sqrt(d)), adds exact rounded-Gaussian noise round(sigma 2^k Z) on the grid and
+    scales back: a post-processing of the continuous Gaussian mechanism on the grid integers, so
+    ``event = GaussianDpEvent(sigma_g / sens_g)`` exactly (see the module notes).
     """
     x = _real_array(value)
     sens = _positive(sensitivity, "sensitivity")
     d = max(x.size, 1)
-    if sigma is None:
-        if epsilon is None or delta is None:
-            raise ValueError("give sigma, or both epsilon and delta")
-    elif epsilon is not None or delta is not None:
+    if sigma is None and (epsilon is None or delta is None):
+        raise ValueError("give sigma, or both epsilon and delta")
+    if sigma is not None and (epsilon is not None or delta is not None):
         raise ValueError("give sigma or (epsilon, delta), not both")
-    else:
+    if sigma is not None:
         sigma = _positive(sigma, "sigma")
     k = _grid_bits_check(grid_bits)
     if k is None:
-        # sqrt(d) * 2^-k <= 2^-20 * sens, but sigma * 2^k <= 2^27 (sampler limit 2^28)
+        # sqrt(d) * 2^-k <= 2^-20 * sens, but sigma * 2^k <= 2^27 (keeps the sampler's float
+        # filter deciding all but ~1e-5 of the draws; see samplers.sample_rounded_gaussian)
         k = math.ceil(math.log2(math.sqrt(d) / (_GRID_REL * sens)))
         sig_est = sigma if sigma is not None else gaussian_sigma(
             epsilon=epsilon, delta=delta, sensitivity=sens * (1 + _GRID_REL), analytic=analytic)
-        k = min(k, math.floor(math.log2(MAX_GAUSSIAN_SIGMA / 2 / sig_est)))
+        k = min(k, math.floor(math.log2(_MAX_GRID_SIGMA / sig_est)))
     sens_grid = _up(_up(math.ldexp(sens, k)) + _up(math.sqrt(d)))  # L2 of round(x)-round(x')
     if sigma is None:
-        sens_real = math.ldexp(sens_grid, -k)
-        sig0 = gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=sens_real, analytic=analytic)
-        sig0_g = math.ldexp(sig0, k)
-        sigma = sig0 * (1 + 1 / (4 * sig0_g * sig0_g))  # absorb the discretisation factor
+        sigma = gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=math.ldexp(sens_grid, -k),
+                               analytic=analytic)
     sigma_grid = math.ldexp(sigma, k)
-    if sigma_grid > MAX_GAUSSIAN_SIGMA:
+    if sigma_grid > MAX_ROUNDED_GAUSSIAN_SIGMA:
         raise ValueError("sigma too large for the chosen grid; pass a smaller grid_bits")
     ints = _to_grid(x, k)
-    noisy = _checked_add(ints, sample_discrete_gaussian(sigma_grid, x.shape, rng))
+    noisy = _checked_add(ints, sample_rounded_gaussian(sigma_grid, x.shape, rng))
     out = _from_grid(noisy, k)
-    event, rho = _dgauss_event(sigma_grid, sens_grid)
-    details = {"grid_bits": k, "sensitivity_on_grid": sens_grid, "sigma": sigma, "rho": rho}
+    event = dp_event.GaussianDpEvent(noise_multiplier=_down(sigma_grid / sens_grid))
+    details = {"grid_bits": k, "sensitivity_on_grid": sens_grid, "sigma": sigma,
+               "rho": _up(sens_grid * sens_grid / (2 * sigma_grid * sigma_grid))}
     if epsilon is not None:
         details.update(epsilon=float(epsilon), delta=float(delta))
     return Release(out if out.ndim else float(out), event, details)

@@ -24,13 +24,14 @@ eps 2 picks Laplace).
 
 Integer release. Counts are integers; x~ and x~^2 go on a fixed-point grid (R = 2^16 units per unit
 weight; each record's value is rounded, |round(R w x~)| <= R w, so the integer sensitivity is exact)
-and the noise is the exact discrete Laplace or discrete Gaussian of Canonne, Kamath & Steinke 2020
-(:mod:`dpfed.mechanisms`), so no floating point touches the release. The charged event: pure eps-DP
+and the noise is the exact discrete Laplace of Canonne, Kamath & Steinke 2020 or the exactly sampled
+rounded Gaussian round(sigma Z) (:mod:`dpfed.mechanisms`), so no floating point touches the release. The charged event: pure eps-DP
 as ``DiscreteLaplaceDpEvent(eps, 1)``, whose privacy-loss distribution (+-eps) is the binary
 randomized-response pair that dominates every eps-DP mechanism (Kairouz, Oh & Viswanath 2015), so it
-is valid for the vector release at any delta; the Gaussian as ``GaussianDpEvent(z)`` with sigma chosen
-so that the mechanism's own event ``GaussianDpEvent(sigma / (D (1 + 1/(4 sigma^2))))`` (see
-:mod:`dpfed.mechanisms`) has multiplier >= z; ``answer`` checks this before anything leaves.
+is valid for the vector release at any delta; the Gaussian as ``GaussianDpEvent(z)`` with sigma = z D
+(D the L2 sensitivity): integer statistics plus round(sigma Z) are a post-processing of the continuous
+Gaussian mechanism, so the mechanism's own event ``GaussianDpEvent(sigma / D)`` is exact;
+``answer`` checks that it is >= z before anything leaves.
 
 Default delta = 1e-6 (``default_delta``). The job is one release, so the Gaussian's only advantage is
 L2 against L1; with adult's G = 21 groups it cuts the noise std ~1.7x and lifts accuracy at eps 0.1
@@ -74,7 +75,7 @@ DEFAULT_ALPHA = 1.0
 DEFAULT_VAR_FLOOR = 2e-3
 _GRID = 1 << 16            # fixed-point units per unit weight (numeric resolution 2^-16 of the half range)
 _MIN_GRID = 1 << 10
-_MAX_SIGMA_UNITS = 1 << 26  # below the discrete Gaussian sampler's 2^28 limit
+_MAX_SIGMA_UNITS = 1 << 26  # rounded-Gaussian std in grid units (its float filter decides ~all draws)
 _EXACT = float(1 << 52)     # float64 sums of integers are exact below this
 _CHUNK = 1 << 14            # rows per block (14 float64 columns: 1.8 MB, about an L2 cache)
 
@@ -237,10 +238,11 @@ def _plan(schema_json: str, eps: float, delta: float, mech: str) -> NBPlan:
                       _discrete_laplace_var(t), dp_event.DiscreteLaplaceDpEvent(float(eps), 1))
     weights = np.maximum(np.rint(w * grid), 1).astype(np.int64)
     l2 = float(np.sqrt(np.sum(weights.astype(float) ** 2)))
-    # dpfed.mechanisms.discrete_gaussian charges GaussianDpEvent(sigma / (l2 (1 + 1/(4 sigma^2)))): take
-    # sigma so that this multiplier is still >= z (the 1e-12 absorbs its ulp-level rounding).
-    sigma = z * l2 * (1.0 + 1.0 / (4.0 * (z * l2) ** 2)) * (1.0 + 1e-12)
-    return NBPlan("gaussian", weights, int(weights.sum()), l2, sigma, sigma ** 2,
+    # dpfed.mechanisms.rounded_gaussian charges GaussianDpEvent(sigma / l2) exactly: take sigma so that
+    # this multiplier is still >= z (the 1e-12 absorbs its ulp-level rounding). Noise variance of
+    # round(sigma Z): sigma^2 + 1/12 up to e^{-2 pi^2 sigma^2} (Sheppard's correction).
+    sigma = z * l2 * (1.0 + 1e-12)
+    return NBPlan("gaussian", weights, int(weights.sum()), l2, sigma, sigma ** 2 + 1.0 / 12.0,
                   dp_event.GaussianDpEvent(float(z)))
 
 
@@ -344,7 +346,7 @@ class NaiveBayesParty(PartyAlgorithm):
             raise TaskRejected("the naive Bayes task carries no parameters (its plan is the job spec)")
 
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Answer:
-        from dpfed.mechanisms import discrete_gaussian, discrete_laplace
+        from dpfed.mechanisms import discrete_laplace, rounded_gaussian
 
         layout = Layout.from_schema(spec.schema)
         plan = plan_release(spec)
@@ -356,9 +358,9 @@ class NaiveBayesParty(PartyAlgorithm):
         if plan.mechanism == "laplace":
             rel = discrete_laplace(stats, sensitivity=plan.l1, epsilon=spec.epsilon, rng=rng)
         else:
-            rel = discrete_gaussian(stats, sensitivity=plan.l2, sigma=plan.noise, rng=rng)
+            rel = rounded_gaussian(stats, sensitivity=plan.l2, sigma=plan.noise, rng=rng)
             if not rel.event.noise_multiplier >= plan.event.noise_multiplier:  # the plan must dominate
-                raise RuntimeError("discrete Gaussian event exceeds the charged plan")
+                raise RuntimeError("Gaussian event exceeds the charged plan")
         return {"stats": np.asarray(rel.value, dtype=np.int64)}
 
 

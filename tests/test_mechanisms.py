@@ -14,10 +14,11 @@ from dp_accounting import dp_event
 from dp_accounting.pld import privacy_loss_distribution as pld
 from scipy import stats
 
-from dpfed import clipping
+from dpfed import accounting, clipping
 from dpfed.mechanisms import (
     Release,
     discrete_gaussian,
+    rounded_gaussian,
     discrete_laplace,
     exponential,
     gaussian,
@@ -78,7 +79,8 @@ def test_gaussian_sigma_event_uses_grid_sensitivity():
     sens_g = 2**10 + 2.0  # sens * 2^k + sqrt(d)
     assert r.details["sensitivity_on_grid"] >= sens_g
     sigma_g = 3.0 * 2**10
-    expected = sigma_g / (sens_g * (1 + 1 / (4 * sigma_g**2)))
+    expected = sigma_g / r.details["sensitivity_on_grid"]  # rounded Gaussian: exact, no factor
+    assert isinstance(r.event, dp_event.GaussianDpEvent)
     assert r.event.noise_multiplier == pytest.approx(expected, rel=1e-12)
     assert r.event.noise_multiplier <= expected
     assert np.all(r.value * 2**10 == np.round(r.value * 2**10))  # on the public grid
@@ -126,14 +128,46 @@ def test_discrete_laplace_dominated_by_continuous_with_sensitivity_plus_one(sens
     assert disc.get_epsilon_for_delta(1e-2) > same.get_epsilon_for_delta(1e-2)
 
 
-@pytest.mark.parametrize("sigma,sens", [(2, 1), (5, 1)])
-def test_discrete_gaussian_event_dominates_exact_pld(sigma, sens):
-    disc = pld.from_discrete_gaussian_mechanism(sigma, sensitivity=sens, value_discretization_interval=1e-3)
-    r = discrete_gaussian(np.zeros(3, dtype=int), sensitivity=sens, sigma=sigma, rng=rng("dg-dom"))
-    cont = pld.from_gaussian_mechanism(r.event.noise_multiplier, value_discretization_interval=1e-3)
+@pytest.mark.parametrize("sigma,sens,m", [(2.0, 1, 1), (5.0, 1, 3), (3.0, 2, 2)])
+def test_discrete_gaussian_event_is_the_exact_discrete_pld(sigma, sens, m):
+    """The charge is dp-accounting's exact discrete-Gaussian PLD, composed over the m coordinates
+    one record moves (plus a 2e-30 truncation delta), not a continuous stand-in."""
+    r = discrete_gaussian(np.zeros(4, dtype=int), sensitivity=sens, coordinates=m, sigma=sigma, rng=rng("dg-ev"))
+    one = r.event if m == 1 else r.event.event
+    assert isinstance(one, accounting.DiscreteGaussianDpEvent) and one.sensitivity == sens
+    assert one.sigma >= sigma and one.sigma == pytest.approx(sigma, rel=1e-6)  # the law sampled
+    disc = pld.from_discrete_gaussian_mechanism(sigma, sensitivity=sens, value_discretization_interval=1e-4)
+    disc = disc.self_compose(m) if m > 1 else disc
     for delta in (1e-2, 1e-4, 1e-6, 1e-9):
-        assert disc.get_epsilon_for_delta(delta) <= cont.get_epsilon_for_delta(delta)
-    assert r.details["rho"] == pytest.approx(sens**2 / (2 * sigma**2))
+        assert accounting.epsilon(r.event, delta) == pytest.approx(disc.get_epsilon_for_delta(delta),
+                                                                   rel=1e-3, abs=1e-4)
+    # the discrete Gaussian is slightly *worse* than the continuous Gaussian at the same sigma,
+    # which is why it is not charged as one
+    cont = pld.from_gaussian_mechanism(sigma / (sens * math.sqrt(m)), value_discretization_interval=1e-4)
+    assert disc.get_epsilon_for_delta(1e-6) > cont.get_epsilon_for_delta(1e-6)
+    # RDP: the provable zCDP bound rho = m s^2 / (2 sigma^2)
+    rho = m * sens**2 / (2 * sigma**2)
+    assert r.details["rho"] == pytest.approx(rho)
+    zc = accounting.epsilon(dp_accounting.ZCDpEvent(rho), 1e-6, accountant="rdp")
+    assert accounting.epsilon(r.event, 1e-6, accountant="rdp") == pytest.approx(zc, rel=1e-6)
+
+
+def test_discrete_gaussian_refuses_non_integer_sensitivity_and_huge_sigma():
+    with pytest.raises(ValueError, match="integer"):
+        discrete_gaussian([1, 2], sensitivity=1.5, sigma=2.0, rng=rng("bad"))
+    with pytest.raises(ValueError, match="rounded_gaussian"):
+        discrete_gaussian([1, 2], sigma=2.0**15, rng=rng("bad"))
+
+
+@pytest.mark.parametrize("sens", [1.0, 3.5])
+def test_rounded_gaussian_event_is_exact_gaussian(sens):
+    r = rounded_gaussian(np.arange(50), sensitivity=sens, epsilon=1.0, delta=1e-6, rng=rng("rg-ev"))
+    assert r.value.dtype == np.int64 and r.value.shape == (50,)
+    assert isinstance(r.event, dp_event.GaussianDpEvent)
+    assert r.event.noise_multiplier == pytest.approx(r.details["sigma"] / sens, rel=1e-12)
+    assert pld_epsilon(r.event, 1e-6) == pytest.approx(1.0, rel=2e-3)
+    with pytest.raises(ValueError, match="integer"):
+        rounded_gaussian([0.5], sensitivity=1, sigma=1, rng=rng("bad"))
 
 
 # -- output laws ----------------------------------------------------------------------------------

@@ -77,10 +77,10 @@ def test_spend_equals_claim(adult, eps, delta, mech):
     assert spent >= eps * (1 - 1e-4)
     # the mechanism's own event never claims more than the plan that was charged
     stats = np.zeros(Layout.from_schema(adult.schema).length, np.int64)
-    from dpfed.mechanisms import discrete_gaussian, discrete_laplace
+    from dpfed.mechanisms import discrete_laplace, rounded_gaussian
     rng = SecureRNG.from_seed(1)
     rel = (discrete_laplace(stats, sensitivity=plan.l1, epsilon=eps, rng=rng) if mech == "laplace"
-           else discrete_gaussian(stats, sensitivity=plan.l2, sigma=plan.noise, rng=rng))
+           else rounded_gaussian(stats, sensitivity=plan.l2, sigma=plan.noise, rng=rng))
     assert accounting.epsilon(rel.event, max(delta, 1e-12)) <= eps * (1 + 1e-9)
 
 
