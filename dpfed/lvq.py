@@ -59,13 +59,13 @@ from dp_accounting import DpEvent, dp_event
 from dpfed import accounting
 from dpfed.estimator import ClassifierScore, EstimatorParams
 from dpfed.federated import Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
-from dpfed.lvq_model import clipped_gradient_sum, predict, rescale
+from dpfed.lvq_model import GradientSum, clipped_gradient_sum, predict, rescale
 from dpfed.rng import SecureRNG
 from dpfed.samplers import sample_discrete_gaussian, sample_discrete_laplace
 from dpfed.schema import DataValidationError, Schema
 
 __all__ = ["PrivacyPlan", "privacy_plan", "prepare_params", "LVQParty", "LVQCoordinator", "evaluate",
-           "DPGLVQ", "DPGMLVQ", "ALGORITHMS", "DEFAULTS"]
+           "noisy_gradient_sum", "DPGLVQ", "DPGMLVQ", "ALGORITHMS", "DEFAULTS"]
 
 #: Defaults of the job parameters (the paper's q, C, E, epsilon_1 share; our initialisation and optimiser).
 DEFAULTS: dict[str, Any] = {
@@ -322,14 +322,12 @@ class LVQParty(PartyAlgorithm):
         W = np.asarray(task.arrays["prototypes"], dtype=np.float64)
         omega = np.asarray(task.arrays["omega"], dtype=np.float64) if rank else None
         mask = rng.poisson_mask(len(Z), float(p["sampling_rate"]))
-        g = clipped_gradient_sum(Z[mask], y[mask], W, _prototype_labels(c, ppc), omega, float(p["clip"]),
-                                 phi=str(p["phi"]), beta=float(p["beta"]), learn_omega=learn_omega)
-        std = plan.noise_multiplier * float(p["clip"]) * share
-        k = g.prototypes.size
-        noise = rng.normal(k + (g.omega.size if rank and learn_omega else 0), std)
-        out = {"grad_prototypes": g.prototypes + noise[:k].reshape(g.prototypes.shape)}
+        g = noisy_gradient_sum(Z[mask], y[mask], W, _prototype_labels(c, ppc), omega, float(p["clip"]),
+                               plan.noise_multiplier * float(p["clip"]) * share, rng, phi=str(p["phi"]),
+                               beta=float(p["beta"]), learn_omega=learn_omega)
+        out = {"grad_prototypes": g.prototypes}
         if rank:
-            out["grad_omega"] = g.omega + (noise[k:].reshape(g.omega.shape) if learn_omega else 0.0)
+            out["grad_omega"] = g.omega
         return out
 
     @staticmethod
@@ -355,6 +353,25 @@ class LVQParty(PartyAlgorithm):
             sums = np.asarray(laplace(sums, sensitivity=l1, epsilon=1.0 / plan.sum_noise, rng=rng).value)
         out["sums"] = sums
         return out
+
+
+def noisy_gradient_sum(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.ndarray, omega: np.ndarray | None,
+                       clip: float, std: float, rng: SecureRNG, *, phi: str = "identity", beta: float = 1.0,
+                       learn_omega: bool = True) -> GradientSum:
+    """One party's DP-SGD release: the clipped gradient sum plus N(0, std^2) on every learned entry.
+
+    The noise is one Gaussian draw over the concatenated (prototypes, Omega) vector (Omega only
+    when it is learned), by the ziggurat sampler of :class:`SecureRNG` (exact in law, about half the
+    cost of Box-Muller, which matters for a full d x d Omega), added in place.
+    """
+    g = clipped_gradient_sum(X, y, W, wl, omega, clip, phi=phi, beta=beta, learn_omega=learn_omega)
+    k = g.prototypes.size
+    with_omega = g.omega is not None and learn_omega
+    noise = rng.normal_ziggurat(k + (g.omega.size if with_omega else 0), std)
+    g.prototypes += noise[:k].reshape(g.prototypes.shape)
+    if with_omega:
+        g.omega += noise[k:].reshape(g.omega.shape)
+    return g
 
 
 # ----------------------------------------------------------------------------------- coordinator half

@@ -65,6 +65,8 @@ class _Terms:
     Up: np.ndarray   # (B, r) Omega (x - w+)   (= Vp for GLVQ)
     Um: np.ndarray   # (B, r)
     cost: np.ndarray  # (B,) Phi(mu)
+    Z: np.ndarray    # (B, r) Omega x     (= X for GLVQ)
+    ZW: np.ndarray   # (K, r) Omega w     (= W for GLVQ)
 
 
 def batch_terms(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.ndarray, omega: np.ndarray | None,
@@ -84,7 +86,7 @@ def batch_terms(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.ndarray, ome
     am = -fp * 2.0 * dp / (S * S)
     Vp, Vm = X - W[jp], X - W[jm]
     Up, Um = (Vp, Vm) if omega is None else (Z - ZW[jp], Z - ZW[jm])
-    return _Terms(jp, jm, ap, am, Vp, Vm, Up, Um, f)
+    return _Terms(jp, jm, ap, am, Vp, Vm, Up, Um, f, Z, ZW)
 
 
 @dataclass
@@ -113,11 +115,13 @@ def clipped_gradient_sum(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.nda
     t = batch_terms(X, y, W, wl, omega, phi, beta)
     if clip is None and omega is not None:
         return _unclipped_sum(t, W, omega, learn_omega)
-    # prototype parts: -2 a Omega^T u
+    # prototype parts: -2 a Omega^T u, with Omega^T u+- = Omega^T Omega x - (Omega^T Omega w)[j+-]: one
+    # (B x r)(r x d) product shared by both sides instead of one per side
     if omega is None:
         Pp, Pm = t.Vp, t.Vm
     else:
-        Pp, Pm = t.Up @ omega, t.Um @ omega
+        P, PW = t.Z @ omega, t.ZW @ omega
+        Pp, Pm = P - PW[t.jp], P - PW[t.jm]
     sq = 4.0 * (t.ap ** 2 * (Pp * Pp).sum(1) + t.am ** 2 * (Pm * Pm).sum(1))
     with_omega = omega is not None and learn_omega
     if with_omega:

@@ -13,6 +13,7 @@ privacy (data splits, k-means++ seeding inside a block, shuffles of public data)
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import threading
 import warnings
@@ -23,6 +24,30 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 __all__ = ["SecureRNG", "ReproducibleSeedWarning", "default_rng"]
 
 _TWO64 = 1 << 64
+
+
+def _ziggurat_tables(layers: int = 256, r: float = 3.6541528853610088) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Ziggurat of the half-normal f(x) = exp(-x^2 / 2) (Marsaglia & Tsang 2000): layer i has
+    width x[i] and lies between heights f(x[i]) and f(x[i + 1]) (x[layers] = 0, f = 1); the base
+    layer 0 is [0, x[0]] x [0, f(r)] with x[0] = v / f(r), whose part beyond r stands for the tail.
+    Every layer has area v; with r for 256 layers the top layer's area matches v to ~1e-13."""
+    f = lambda t: math.exp(-0.5 * t * t)  # noqa: E731
+    v = r * f(r) + math.sqrt(math.pi / 2) * math.erfc(r / math.sqrt(2))
+    x = [v / f(r), r]
+    for i in range(1, layers - 1):
+        x.append(math.sqrt(-2.0 * math.log(f(x[i]) + v / x[i])))
+    x.append(0.0)
+    xs = np.array(x)  # layers + 1 edges
+    fs = np.exp(-0.5 * xs * xs)
+    return xs[:-1].copy(), xs[1:].copy(), fs, r
+
+
+_ZIG_X, _ZIG_XNEXT, _ZIG_F, _ZIG_R = _ziggurat_tables()
+# indexed by key = layer + 256 * sign: the signed width scaled by 2**-53 (so k * width = +-u x[layer]
+# exactly, k the 53-bit integer) and the core bound x[layer + 1]
+_ZIG_SIGNED_WIDTH = np.concatenate([_ZIG_X, -_ZIG_X]) * 2.0 ** -53
+_ZIG_CORE = np.concatenate([_ZIG_XNEXT, _ZIG_XNEXT])
+_ZIG_CHUNK = 1 << 17  # ~1 MB per float temporary: fewest Python steps without page-fault-heavy buffers
 
 
 class ReproducibleSeedWarning(UserWarning):
@@ -152,15 +177,110 @@ class SecureRNG:
         """Uniform floats in [0, 1) on the 2**-53 grid."""
         return (self.uint64(size) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
-    def normal(self, size: int | tuple[int, ...], scale: float = 1.0) -> np.ndarray:
-        """Gaussian draws by the Box-Muller transform on keystream uniforms."""
+    def normal(self, size: int | tuple[int, ...], scale: float = 1.0, *, out: np.ndarray | None = None) -> np.ndarray:
+        """Gaussian draws by the Box-Muller transform on keystream uniforms.
+
+        ``out`` (optional, float64, C-contiguous, ``size`` elements) receives the draws, saving an
+        allocation. The values are bit-identical to the plain call: the same keystream words and the
+        same floating-point operations, only evaluated in place (first half r cos(theta), second half
+        r sin(theta)).
+        """
         count = int(np.prod(size)) if not isinstance(size, int) else size
         half = (count + 1) // 2
-        u1 = 1.0 - self.uniform(half)  # in (0, 1]
-        u2 = self.uniform(half)
-        r = np.sqrt(-2.0 * np.log(u1))
-        z = np.concatenate([r * np.cos(2 * np.pi * u2), r * np.sin(2 * np.pi * u2)])[:count]
-        return (z * scale).reshape(size)
+        if out is None:
+            out = np.empty(size, dtype=np.float64)
+        elif out.dtype != np.float64 or out.size != count or not out.flags.c_contiguous:
+            raise ValueError("normal(out=...): need a C-contiguous float64 array with one slot per draw")
+        z = out.reshape(-1)
+        u = self._uniform_flat(2 * half)  # u1 (first half) then u2: the same words as two uniform() calls
+        u1, theta = u[:half], u[half:]
+        np.subtract(1.0, u1, out=u1)  # in (0, 1]
+        np.log(u1, out=u1)
+        u1 *= -2.0
+        r = np.sqrt(u1, out=u1)
+        theta *= 2 * np.pi
+        np.cos(theta, out=z[:half])
+        z[:half] *= r
+        rest = count - half  # half or half - 1 (odd count: the last sine is not used)
+        np.sin(theta[:rest], out=z[half:])
+        z[half:] *= r[:rest]
+        if scale != 1.0:
+            z *= scale
+        return out
+
+    def normal_ziggurat(self, size: int | tuple[int, ...], scale: float = 1.0, *,
+                        out: np.ndarray | None = None) -> np.ndarray:
+        """Gaussian draws by the ziggurat method (Marsaglia & Tsang 2000), vectorised: no sine/cosine.
+
+        Exact in law like :meth:`normal` (a rejection sampler: layer, sign and a 53-bit uniform from
+        one keystream word; points inside a layer's core are accepted at once (~99%), the rest go
+        through the exact wedge test or the exact tail sampler of Marsaglia (1964), and a rejected
+        draw is redrawn from scratch). About twice as fast as :meth:`normal` for large draws; the
+        values differ from :meth:`normal`'s. ``out`` as in :meth:`normal`.
+        """
+        count = int(np.prod(size)) if not isinstance(size, int) else size
+        if out is None:
+            out = np.empty(size, dtype=np.float64)
+        elif out.dtype != np.float64 or out.size != count or not out.flags.c_contiguous:
+            raise ValueError("normal_ziggurat(out=...): need a C-contiguous float64 array with one slot per draw")
+        z = out.reshape(-1)
+        for a in range(0, count, _ZIG_CHUNK):  # cache-sized chunks: small temporaries, no page faults
+            zc = z[a:a + _ZIG_CHUNK]
+            todo = self._ziggurat_pass(zc)
+            while todo.size:  # the ~1% outside a layer's core: fresh independent attempts
+                vals = np.empty(todo.size)
+                again = self._ziggurat_pass(vals)
+                done = np.ones(todo.size, dtype=bool)
+                done[again] = False
+                zc[todo[done]] = vals[done]
+                todo = todo[again]
+            if scale != 1.0:
+                zc *= scale
+        return out
+
+    def _ziggurat_pass(self, z: np.ndarray) -> np.ndarray:
+        """One ziggurat attempt per slot of ``z``; returns the slots whose attempt was rejected."""
+        n = z.size
+        w = self._stream(8 * n).view("<u8")
+        key = (w.view("<u2")[0::4] & np.uint16(511)).astype(np.intp)  # bits 0-7 layer, bit 8 sign
+        w >>= np.uint64(11)                                            # bits 11-63: k, u = k / 2**53
+        np.multiply(w.astype(np.float64), _ZIG_SIGNED_WIDTH[key], out=z)  # +-u x[layer] (exact scaling)
+        edge = np.flatnonzero(np.abs(z) >= _ZIG_CORE[key])  # outside the layer's core [0, x[layer + 1])
+        if not edge.size:
+            return edge
+        layer, negative = key[edge] & 255, key[edge] >= 256
+        tail = layer == 0
+        if tail.any():  # base layer beyond r: a draw from the tail x > r (Marsaglia 1964)
+            t = self._normal_tail(int(tail.sum()))
+            z[edge[tail]] = np.where(negative[tail], -t, t)
+        wedge = ~tail
+        if not wedge.any():
+            return edge[:0]
+        # accept (|x|, y) under the curve, y uniform in the layer's height band [f(x[i]), f(x[i + 1]))
+        lw, xw = layer[wedge], z[edge[wedge]]
+        y = _ZIG_F[lw] + self._uniform_flat(lw.size) * (_ZIG_F[lw + 1] - _ZIG_F[lw])
+        return edge[wedge][y >= np.exp(-0.5 * xw * xw)]
+
+    def _normal_tail(self, count: int) -> np.ndarray:
+        """``count`` draws of |N(0, 1)| conditioned on exceeding r (Marsaglia 1964, exact rejection)."""
+        out = np.empty(count)
+        todo = np.arange(count)
+        while todo.size:
+            u = self._uniform_flat(2 * todo.size)
+            x = -np.log1p(-u[:todo.size]) / _ZIG_R     # Exp(r) excess, 1 - u in (0, 1]
+            y = -np.log1p(-u[todo.size:])
+            ok = 2.0 * y > x * x
+            out[todo[ok]] = _ZIG_R + x[ok]
+            todo = todo[~ok]
+        return out
+
+    def _uniform_flat(self, count: int) -> np.ndarray:
+        """``uniform(count)`` computed with one temporary (flat float64 array)."""
+        x = self._stream(8 * count).view("<u8")
+        x >>= np.uint64(11)
+        u = x.astype(np.float64)
+        u *= 1.0 / (1 << 53)
+        return u
 
     def poisson_mask(self, n: int, q: float) -> np.ndarray:
         """Poisson sampling: each of ``n`` records is included independently with probability q."""
