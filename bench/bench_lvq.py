@@ -169,24 +169,27 @@ def table_runs(args: argparse.Namespace) -> None:
             tun = load_tuning()
             hp = tun[key]["chosen"] if key in tun else (tune(dataset, model, base) if args.tune else base)
             jobs = []
-            for fi, (tr, te) in enumerate(fl):
-                if args.baseline:
-                    jobs.append((fi, tr, te, None, "np"))
-                for s in args.settings:
-                    for eps in args.eps:
-                        jobs.append((fi, tr, te, eps, s))
-            done = {(r["setting"], r["epsilon"], r["fold"]) for r in _rows()
+            for si in range(args.seeds):  # all folds with one seed before the next seed
+                for fi, (tr, te) in enumerate(fl):
+                    if args.baseline and si == 0:
+                        jobs.append((fi, si, tr, te, None, "np"))
+                    for s in args.settings:
+                        for eps in args.eps:
+                            jobs.append((fi, si, tr, te, eps, s))
+            done = {(r["setting"], r["epsilon"], r["fold"], r.get("seed_index", 0)) for r in _rows()
                     if r["dataset"] == dataset and r["model"] == model}
-            for fi, tr, te, eps, s in jobs:
-                if (s, eps, fi) in done:  # resume: each run is recorded once
+            for fi, si, tr, te, eps, s in jobs:
+                if (s, eps, fi, si) in done:  # resume: each run is recorded once
                     continue
                 parties, noise = SETTINGS.get(s, (1, "local"))
-                r = run_one(ds, X[tr], y[tr], X[te], y[te], model, eps, parties, noise, hp, seed=1000 + fi)
+                r = run_one(ds, X[tr], y[tr], X[te], y[te], model, eps, parties, noise, hp,
+                            seed=1000 + fi + 100 * si)
                 row = {"dataset": dataset, "model": model, "setting": s, "epsilon": eps, "fold": fi,
-                       "hp": hp, "omega_rank": hp.get("omega_rank", 0), **r}
+                       "seed_index": si, "hp": hp, "omega_rank": hp.get("omega_rank", 0),
+                       "load_avg_1min": round(os.getloadavg()[0], 2), **r}
                 with RUNS.open("a") as f:
                     f.write(json.dumps(row) + "\n")
-                print(f"{dataset} {model} {s} eps={eps} fold {fi}: error {r['test_error']:.3f} "
+                print(f"{dataset} {model} {s} eps={eps} fold {fi} seed {si}: error {r['test_error']:.3f} "
                       f"sigma {r['noise_multiplier']:.3f} ({r['wall_seconds']:.0f}s)", flush=True)
     report()
 
@@ -285,7 +288,14 @@ def _plot(groups: dict) -> None:
 
 
 def speed(args: argparse.Namespace) -> None:
-    """DP-SGD samples/s per core for GMLVQ on MNIST (d=784, 10 prototypes, full Omega), DP step vs non-private."""
+    """DP-SGD samples/s per core for GMLVQ on MNIST (d=784, 10 prototypes, full Omega), DP step vs non-private.
+
+    Each repeat times the non-private batch gradient, the clipped sum alone and the full DP release
+    (:func:`dpfed.lvq.noisy_gradient_sum`, the party's code: clipped sum + SecureRNG noise) back to back
+    on the same batch, so a load change hits all three; the table gives medians over the repeats and
+    the median of the per-repeat ratios.
+    """
+    from dpfed.lvq import noisy_gradient_sum
     from dpfed.lvq_model import clipped_gradient_sum, rescale
 
     ds = load_dataset("mnist")
@@ -297,34 +307,51 @@ def speed(args: argparse.Namespace) -> None:
     wl = np.arange(10)
     omega = np.eye(d) / np.sqrt(d)
     srng = SecureRNG.from_seed(0)
-    lines = ["| batch | non-private grad (ms) | DP clipped sum (ms) | + noise (ms) | DP step / non-private | "
-             "DP samples/s/core |", "|---|---|---|---|---|---|"]
+    load0 = os.getloadavg()
+    lines = ["| batch | non-private grad (CPU ms) | DP clipped sum (CPU ms) | DP step: clip + noise (CPU ms) | "
+             "DP step / non-private (CPU, median of per-repeat ratios) | clip only / non-private (CPU) | "
+             "DP step / non-private (wall) | DP samples/s/core |", "|---|---|---|---|---|---|---|---|"]
 
-    def best(f, reps=5):
-        ts = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            f()
-            ts.append(time.perf_counter() - t)
-        return min(ts)
+    def timed(f) -> tuple[float, float]:
+        """(CPU seconds of this process, wall seconds): CPU time is not inflated by waiting for a core."""
+        c, t = time.process_time(), time.perf_counter()
+        f()
+        return time.process_time() - c, time.perf_counter() - t
 
     for B in args.batches:
         idx = rng.choice(len(Z), B, replace=False)
         Xb, yb = Z[idx], y[idx]
-        t_np = best(lambda: clipped_gradient_sum(Xb, yb, W, wl, omega, None))
-        t_clip = best(lambda: clipped_gradient_sum(Xb, yb, W, wl, omega, 0.5))
-
-        def dp_step():
-            g = clipped_gradient_sum(Xb, yb, W, wl, omega, 0.5)
-            g.prototypes + srng.normal(g.prototypes.shape, 0.5)
-            g.omega + srng.normal(g.omega.shape, 0.5)
-        t_dp = best(dp_step)
-        lines.append(f"| {B} | {1e3 * t_np:.1f} | {1e3 * t_clip:.1f} | {1e3 * t_dp:.1f} | "
-                     f"{t_dp / t_np:.2f}x (clip only {t_clip / t_np:.2f}x) | {B / t_dp:.0f} |")
-    text = ("# GMLVQ on MNIST, one DP-SGD step (OPENBLAS_NUM_THREADS=1, machine shared by ~6 users)\n\n"
-            + "\n".join(lines) + "\n")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "lvq_speed.md").write_text(text)
+        fns = (lambda: clipped_gradient_sum(Xb, yb, W, wl, omega, None),
+               lambda: clipped_gradient_sum(Xb, yb, W, wl, omega, 0.5),
+               lambda: noisy_gradient_sum(Xb, yb, W, wl, omega, 0.5, 0.5, srng))
+        for f in fns:  # warm-up
+            f()
+        both = np.array([[timed(f) for f in fns] for _ in range(args.repeats)])  # (repeats, 3, cpu/wall)
+        ts, wall = both[..., 0], both[..., 1]
+        t_np, t_clip, t_dp = np.median(ts, axis=0)
+        ratio = ts[:, 2] / ts[:, 0]
+        lines.append(f"| {B} | {1e3 * t_np:.1f} | {1e3 * t_clip:.1f} | {1e3 * t_dp:.1f} | {np.median(ratio):.2f}x "
+                     f"(quartiles {np.quantile(ratio, 0.25):.2f}-{np.quantile(ratio, 0.75):.2f}) | "
+                     f"{np.median(ts[:, 1] / ts[:, 0]):.2f}x | {np.median(wall[:, 2] / wall[:, 0]):.2f}x | "
+                     f"{B / t_dp:.0f} |")
+    n_noise = W.size + omega.size
+    samplers = (("Box-Muller `SecureRNG.normal`", lambda: srng.normal(n_noise, 0.5)),
+                ("ziggurat `SecureRNG.normal_ziggurat` (used by the party)", lambda: srng.normal_ziggurat(n_noise, 0.5)))
+    st = np.array([[timed(f)[0] for _, f in samplers] for _ in range(args.repeats)])
+    lines += ["", f"Noise for one step ({n_noise} Gaussian draws from the ChaCha20 keystream), CPU ms, median:", "",
+              "| sampler | CPU ms |", "|---|---|"]
+    lines += [f"| {name} | {1e3 * t:.1f} |" for (name, _), t in zip(samplers, np.median(st, axis=0))]
+    load1 = os.getloadavg()
+    text = ("# GMLVQ on MNIST, one DP-SGD step (d=784, 10 prototypes, full 784x784 Omega)\n\n"
+            f"Command: `OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python bench/bench_lvq.py speed "
+            f"--repeats {args.repeats}`; {args.repeats} interleaved repeats per batch size, medians of the "
+            "process CPU time (single-threaded BLAS, so CPU time = cost on one core; wall time is inflated by "
+            "whatever else runs on the shared cores and is given for reference). "
+            f"Machine: {os.cpu_count()} cores shared with other engineers; 1-min load average "
+            f"{load0[0]:.2f} before, {load1[0]:.2f} after.\n\n" + "\n".join(lines) + "\n")
+    if args.write:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "lvq_speed.md").write_text(text)
     print(text)
 
 
@@ -358,11 +385,14 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--settings", nargs="+", default=["a", "b", "c"])
     t.add_argument("--eps", nargs="+", type=float, default=list(EPSILONS))
     t.add_argument("--folds", type=int, default=5)
+    t.add_argument("--seeds", type=int, default=1, help="training seeds per fold (noise, sampling, party split)")
     t.add_argument("--omega-rank", type=int, default=0)
     t.add_argument("--no-tune", dest="tune", action="store_false")
     t.add_argument("--no-baseline", dest="baseline", action="store_false")
     s = sub.add_parser("speed")
     s.add_argument("--batches", nargs="+", type=int, default=[140, 600])
+    s.add_argument("--repeats", type=int, default=15)
+    s.add_argument("--no-write", dest="write", action="store_false", help="print only, keep lvq_speed.md")
     b = sub.add_parser("baseline")
     b.add_argument("--datasets", nargs="+", default=["segmentation", "satimage", "mnist"])
     b.add_argument("--models", nargs="+", default=["glvq", "gmlvq"])
