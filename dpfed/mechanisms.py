@@ -348,34 +348,42 @@ def rounded_gaussian(value, *, sensitivity: float, rng: SecureRNG, sigma: float 
 
 def gaussian(value, *, sensitivity: float, rng: SecureRNG, sigma: float | None = None,
              epsilon: float | None = None, delta: float | None = None, analytic: bool = True,
-             grid_bits: int | None = None) -> Release:
+             grid_bits: int | None = None, noise_multiplier: float | None = None) -> Release:
     """Floating-point-safe Gaussian mechanism for a real vector with L2 ``sensitivity``.
 
-    Give ``sigma``, or ``epsilon`` and ``delta`` (calibrated by :func:`gaussian_sigma` against the
-    grid-inflated sensitivity). Rounds to the public grid 2^-k (L2 sensitivity on the grid
-    sens*2^k + sqrt(d)), adds exact rounded-Gaussian noise round(sigma 2^k Z) on the grid and
-    scales back: a post-processing of the continuous Gaussian mechanism on the grid integers, so
+    Give exactly one of: ``sigma`` (noise std); ``epsilon`` and ``delta`` (calibrated by
+    :func:`gaussian_sigma` against the grid-inflated sensitivity); or ``noise_multiplier`` z (for
+    algorithms whose privacy plan charges ``GaussianDpEvent(z)``: the std becomes z times the
+    grid-inflated sensitivity, so the event's multiplier is >= z and the plan stays an upper
+    bound -- the grid is paid for in noise, ~1e-6 relative, never in privacy).
+    Rounds to the public grid 2^-k (L2 sensitivity on the grid sens*2^k + sqrt(d)), adds exact
+    rounded-Gaussian noise round(sigma 2^k Z) on the grid and scales back: a post-processing of
+    the continuous Gaussian mechanism on the grid integers, so
     ``event = GaussianDpEvent(sigma_g / sens_g)`` exactly (see the module notes).
     """
     x = _real_array(value)
     sens = _positive(sensitivity, "sensitivity")
     d = max(x.size, 1)
-    if sigma is None and (epsilon is None or delta is None):
-        raise ValueError("give sigma, or both epsilon and delta")
-    if sigma is not None and (epsilon is not None or delta is not None):
-        raise ValueError("give sigma or (epsilon, delta), not both")
+    given = [sigma is not None, epsilon is not None or delta is not None, noise_multiplier is not None]
+    if sum(given) != 1 or (given[1] and (epsilon is None or delta is None)):
+        raise ValueError("give sigma or (epsilon and delta) or noise_multiplier: exactly one of them")
     if sigma is not None:
-        sigma = _positive(sigma, "sigma")
+        sig_est = sigma = _positive(sigma, "sigma")
+    elif noise_multiplier is not None:
+        sig_est = _positive(noise_multiplier, "noise_multiplier") * sens * (1 + _GRID_REL)
+    else:
+        sig_est = gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=sens * (1 + _GRID_REL),
+                                 analytic=analytic)
     k = _grid_bits_check(grid_bits)
     if k is None:
         # sqrt(d) * 2^-k <= 2^-20 * sens, but sigma * 2^k <= 2^27 (keeps the sampler's float
         # filter deciding all but ~1e-5 of the draws; see samplers.sample_rounded_gaussian)
         k = math.ceil(math.log2(math.sqrt(d) / (_GRID_REL * sens)))
-        sig_est = sigma if sigma is not None else gaussian_sigma(
-            epsilon=epsilon, delta=delta, sensitivity=sens * (1 + _GRID_REL), analytic=analytic)
         k = min(k, math.floor(math.log2(_MAX_GRID_SIGMA / sig_est)))
     sens_grid = _up(_up(math.ldexp(sens, k)) + _up(math.sqrt(d)))  # L2 of round(x)-round(x')
-    if sigma is None:
+    if noise_multiplier is not None:
+        sigma = math.ldexp(_up(float(noise_multiplier) * sens_grid), -k)
+    elif sigma is None:
         sigma = gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=math.ldexp(sens_grid, -k),
                                analytic=analytic)
     sigma_grid = math.ldexp(sigma, k)
@@ -384,7 +392,10 @@ def gaussian(value, *, sensitivity: float, rng: SecureRNG, sigma: float | None =
     ints = _to_grid(x, k)
     noisy = _checked_add(ints, sample_rounded_gaussian(sigma_grid, x.shape, rng))
     out = _from_grid(noisy, k)
-    event = dp_event.GaussianDpEvent(noise_multiplier=_down(sigma_grid / sens_grid))
+    if noise_multiplier is not None:  # sigma_grid = _up(z sens_grid) >= z sens_grid in real numbers
+        event = dp_event.GaussianDpEvent(noise_multiplier=float(noise_multiplier))
+    else:
+        event = dp_event.GaussianDpEvent(noise_multiplier=_down(sigma_grid / sens_grid))
     details = {"grid_bits": k, "sensitivity_on_grid": sens_grid, "sigma": sigma,
                "rho": _up(sens_grid * sens_grid / (2 * sigma_grid * sigma_grid))}
     if epsilon is not None:

@@ -86,6 +86,20 @@ def test_gaussian_sigma_event_uses_grid_sensitivity():
     assert np.all(r.value * 2**10 == np.round(r.value * 2**10))  # on the public grid
 
 
+@pytest.mark.parametrize("d,z,sens", [(1, 0.8, 1.0), (100, 2.0, 0.5), (10_000, 5.0, 3.0)])
+def test_gaussian_by_noise_multiplier_pays_the_grid_in_noise(d, z, sens):
+    """noise_multiplier=z: the event is exactly GaussianDpEvent(z) (what algorithm plans charge), and
+    the std covers the grid-inflated sensitivity: sigma >= z * sens_grid * 2^-k > z * sens."""
+    r = gaussian(np.zeros(d), sensitivity=sens, noise_multiplier=z, rng=rng("g-nm"))
+    assert r.event == dp_event.GaussianDpEvent(z)
+    k = r.details["grid_bits"]
+    assert r.details["sigma"] * 2.0**k >= z * r.details["sensitivity_on_grid"]
+    assert r.details["sensitivity_on_grid"] >= sens * 2.0**k + math.sqrt(d)
+    assert r.details["sigma"] == pytest.approx(z * sens, rel=1e-5)
+    with pytest.raises(ValueError, match="exactly one"):
+        gaussian(np.zeros(3), sensitivity=1.0, noise_multiplier=1.0, sigma=1.0, rng=rng("x"))
+
+
 def test_gaussian_sigma_analytic_and_classic():
     for eps, delta in ((0.3, 1e-5), (1.0, 1e-6), (8.0, 1e-10)):
         s = gaussian_sigma(epsilon=eps, delta=delta, sensitivity=2.0)
