@@ -3,6 +3,8 @@
     python bench/bench_kmeans.py                      # the whole grid (hours on a shared 2-core box)
     python bench/bench_kmeans.py --cells blobs-d10-n1e5 --seeds 10
     python bench/bench_kmeans.py --report-only        # rebuild table + plot from the saved rows
+    python bench/bench_kmeans.py --cells blobs-d10-n1e5 --methods sa --parties 1 --eps 1 \
+        --rows bench/results/kmeans_recheck.jsonl    # a re-measurement kept apart (table: .md beside it)
 
 Methods: ``sa`` = our sample-and-aggregate default (GUPT clamped mean of the aligned block
 answers + 2 DP Lloyd steps), ``sa-coa`` = the paper's center of attention with smooth-sensitivity
@@ -83,10 +85,10 @@ def run_one(cell: str, X: np.ndarray, schema: Schema, k: int, method: str, parti
             "inertia": inertia(Xn, C), "seconds": secs, "epsilon_spent": spent}
 
 
-def load_rows() -> list[dict]:
-    if not ROWS.exists():
+def load_rows(path: Path = ROWS) -> list[dict]:
+    if not path.exists():
         return []
-    return [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def report(rows: list[dict], ref: dict[str, dict]) -> str:
@@ -161,12 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eps", default=",".join(str(e) for e in EPS))
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--rows", type=Path, default=ROWS,
+                    help="rows file; other than the default, the table goes to <rows>.md and no plot is drawn")
     args = ap.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     ref_path = RESULTS / "kmeans_nonprivate.json"
     ref: dict[str, dict] = json.loads(ref_path.read_text()) if ref_path.exists() else {}
     if not args.report_only:
-        done = {(r["cell"], r["method"], r["parties"], r["epsilon"], r["seed"]) for r in load_rows()}
+        done = {(r["cell"], r["method"], r["parties"], r["epsilon"], r["seed"]) for r in load_rows(args.rows)}
         for cell in args.cells.split(","):
             X, schema, k = load_cell(cell)
             if cell not in ref:
@@ -189,18 +193,19 @@ def main(argv: list[str] | None = None) -> int:
                             except ValueError as exc:  # e.g. too few records per block: a failed fit
                                 row = {"cell": cell, "method": method, "parties": parties, "epsilon": eps,
                                        "seed": seed, "inertia": float("nan"), "seconds": 0.0, "error": str(exc)}
-                            with ROWS.open("a") as f:
+                            with args.rows.open("a") as f:
                                 f.write(json.dumps(row) + "\n")
                             print(f"{cell} {method} P={parties} eps={eps:g} seed={seed}: ratio "
                                   f"{row['inertia'] / ref[cell]['inertia_nonprivate']:.4f} ({row['seconds']:.1f}s)",
                                   flush=True)
-    rows = [r for r in load_rows() if r["cell"] in ref]
+    rows = [r for r in load_rows(args.rows) if r["cell"] in ref]
     table = report(rows, ref)
-    (RESULTS / "kmeans.md").write_text(
+    main_rows = args.rows.resolve() == ROWS.resolve()
+    (RESULTS / "kmeans.md" if main_rows else args.rows.with_suffix(".md")).write_text(
         "# k-means inertia ratio (private / scikit-learn KMeans n_init=10), median [min, max] over seeds\n\n"
         f"delta = {DELTA:g}; command: `python bench/bench_kmeans.py`; machine: 2 shared cores (loaded).\n\n"
         + table + "\n")
-    if rows:
+    if rows and main_rows:
         plot(rows, ref, RESULTS / "kmeans_ratio_vs_epsilon.png")
     print(table)
     return 0
