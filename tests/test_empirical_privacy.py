@@ -12,7 +12,10 @@ bound exceeds the claimed epsilon, the claim is refuted at confidence 1 - ALPHA.
   <= ALPHA = 1e-3 per mechanism (fixed seeds make each run deterministic).
 * The same audit must FLAG each mechanism with its noise scale halved (epsilon doubled while the
   claim stays): the event sets include ones whose true log-ratio is ~2 epsilon.
-Runtime: ~15 s.
+* (epsilon, delta) mechanisms (the Gaussians) are audited against their whole claimed privacy
+  curve: for each epsilon in a grid, a lower confidence bound on P[M(D) in S] - e^eps P[M(D') in S]
+  must not exceed the delta(eps) that accounting claims for the mechanism's own event.
+Runtime: ~25 s.
 """
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpfed.mechanisms import discrete_laplace, exponential, laplace, randomized_response
+from dpfed import accounting
+from dpfed.mechanisms import (discrete_gaussian, discrete_laplace, exponential, gaussian, laplace,
+                              randomized_response, rounded_gaussian)
 from dpfed.rng import SecureRNG
 
 ALPHA = 1e-3
@@ -138,3 +143,64 @@ def test_exponential_neighbours_reach_nearly_full_epsilon():
     p0 = math.exp(h) / (math.exp(h) + K_EXP - 1)
     p1 = 1 / (1 + (K_EXP - 1) * math.exp(h))
     assert 0.97 * EPS < math.log(p0 / p1) <= EPS
+
+
+# -- (epsilon, delta): the Gaussians against their claimed privacy curve ---------------------------
+SIGMA = 1.5
+GAUSS_EPS = (0.25, 0.5, 1.0, 1.5)
+
+
+def run_gauss(kind: str, sigma: float, seed: str):
+    """Outputs on neighbouring inputs 0 and 1 (sensitivity 1), and the mechanism's own event."""
+    outs, event = [], None
+    for v in (0, 1):
+        r = rng(f"{seed}{v}")
+        if kind == "gaussian":
+            rel = gaussian(np.full(N, float(v)), sensitivity=1.0, sigma=sigma, rng=r, grid_bits=20)
+            rel = type(rel)(rel.value, dp_event_for_sigma(rel, sigma), rel.details)
+        elif kind == "rounded_gaussian":
+            rel = rounded_gaussian(np.full(N, v), sensitivity=1.0, sigma=sigma, rng=r)
+        else:
+            rel = discrete_gaussian(np.full(N, v), sensitivity=1, sigma=sigma, rng=r)
+        outs.append(np.asarray(rel.value, dtype=np.float64))
+        event = rel.event
+    return outs[0], outs[1], event
+
+
+def dp_event_for_sigma(rel, sigma: float):
+    """gaussian() on a vector of N values charges for an L2 sensitivity over the whole vector;
+    each coordinate alone is the scalar mechanism with sensitivity 1 + 2^-20 on the grid."""
+    import dp_accounting
+
+    k = rel.details["grid_bits"]
+    return dp_accounting.GaussianDpEvent(sigma * 2.0**k / (2.0**k + 1.0))
+
+
+def approx_dp_violation(c0: np.ndarray, c1: np.ndarray, n: int, event) -> float:
+    """Max over events S, both directions and eps in GAUSS_EPS of a (1 - ALPHA) lower confidence
+    bound on P0(S) - e^eps P1(S) - delta_claimed(eps) (Bonferroni over all of them)."""
+    a = ALPHA / (2 * 2 * c0.size * len(GAUSS_EPS))
+    lo0, up0, lo1, up1 = cp_lower(c0, n, a), cp_upper(c0, n, a), cp_lower(c1, n, a), cp_upper(c1, n, a)
+    worst = -np.inf
+    for eps in GAUSS_EPS:
+        d = accounting.delta(event, eps)
+        worst = max(worst, float(np.max(lo0 - math.exp(eps) * up1)) - d,
+                    float(np.max(lo1 - math.exp(eps) * up0)) - d)
+    return worst
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "rounded_gaussian", "discrete_gaussian"])
+def test_gaussians_stay_within_their_claimed_curve(kind):
+    y0, y1, event = run_gauss(kind, SIGMA, f"{kind}-ok")
+    c0, c1 = events_from_scalars(y0, y1)
+    v = approx_dp_violation(c0, c1, N, event)
+    assert v <= 0, f"{kind}: P0(S) - e^eps P1(S) exceeds the claimed delta(eps) by {v:.4f}"
+    assert v > -0.02  # not vacuous: the tails nearly reach the claimed curve
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "rounded_gaussian", "discrete_gaussian"])
+def test_gaussians_with_halved_noise_are_flagged(kind):
+    y0, y1, _ = run_gauss(kind, SIGMA / 2, f"{kind}-broken")
+    _, _, claimed = run_gauss(kind, SIGMA, f"{kind}-claim")  # the claim of the intended sigma
+    c0, c1 = events_from_scalars(y0, y1)
+    assert approx_dp_violation(c0, c1, N, claimed) > 0
