@@ -330,30 +330,52 @@ _RG_REL = 2.0**-46    # relative error allowed for float64 log / exp / products 
 _RG_ACCEPT = math.sqrt(math.pi / 2.0) * math.exp(-0.5)  # 0.760: P(a proposal is accepted)
 
 
+def _lazy_exponential(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """E = -ln V ~ Exp(1) from V-bits ``v`` (uint64), V = (v + V')/2^64 with V' not yet drawn.
+
+    Returns (ef, err_e, wide): |E - ef| <= err_e rigorously, where ef = -ln(float(v) 2^-64)
+    (the power-of-two scaling is exact) and err_e = 1/v (the unknown V': ln(1 + 1/v)) + 2^-52
+    (float(v) is within 2^-53 relative, so ln moves by <= 2^-53) + 2^-48 ef (float64 log is
+    accurate to a few ulp; 16 are allowed). ``wide`` marks v < 2^32 (probability 2^-32): V known
+    too coarsely, left to the exact path.
+    """
+    vf = v.astype(np.float64)
+    wide = vf < 2.0**32
+    np.maximum(vf, 2.0**32, out=vf)
+    ef = np.log(vf * 2.0**-64)
+    np.negative(ef, out=ef)
+    err_e = np.reciprocal(vf, out=vf)
+    err_e += 2.0**-48 * ef + 2.0**-52
+    return ef, err_e, wide
+
+
+def _round_scaled(ef: np.ndarray, err_e: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """(ok, r): r = round(scale E) wherever ``ok`` proves it (y = scale ef is off by at most
+    scale err_e (1 + 2^-46) + |y| 2^-46, and must be that far from a half-integer).
+    Consumes (overwrites) ``ef`` and ``err_e``."""
+    y = ef
+    y *= scale
+    err_e *= scale * (1.0 + _RG_REL)
+    err_e += _RG_REL * np.abs(y)               # err_y
+    y += 0.5
+    r = np.floor(y)
+    y -= r                                     # distance above the half-integer below
+    return (y > err_e) & (y < 1.0 - err_e), r.astype(np.int64)
+
+
 def _rg_float_decide(v: np.ndarray, w: np.ndarray, sigma: float
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Float filter for proposals with V-bits ``v`` (uint64) and U-bits ``w`` (uint32).
+    """Float filter for rounded-Gaussian proposals with V-bits ``v`` and U-bits ``w`` (uint32).
 
-    Ideal proposal: V = (v + V')/2^64, U = (w + U')/2^32 with V', U' uniform on [0, 1) not yet
-    drawn, E = -ln V ~ Exp(1). Ideal decisions: accept iff U < exp(-(E - 1)^2 / 2) -- rejection
-    from Exp(1) to the half-normal, whose density ratio is e^{-E^2/2} / e^{-E} ∝ e^{-(E-1)^2/2} --
-    and then output round(sigma E). Returns (decided, accepted, r): where ``decided`` the ideal
-    decisions are proven to be ``accepted`` and (if accepted) ``r``.
-
-    Error budget, all bounds rigorous for float64 with log/exp accurate to a few ulp:
-    E lies in (-ln((v+1)/2^64), ef] with ef = 64 ln 2 - ln(float(v)); |E - ef| <= err_e =
-    1/v (the unknown V') + 2^-45 (the cancellation in 64 ln 2 - ln v: both terms < 45, each
-    rounded to 2^-47) + 2^-46 ef (float log). For a = exp(-(ef-1)^2/2), |da/dE| = |E-1| a and
-    max_x (1+|x|) e^{-x^2/2} < 1.34, max_x (1+x^2) e^{-x^2/2} < 1.22, so |a - ideal| <=
-    1.34 err_e + 2^-45. y = sigma ef carries sigma err_e (1 + 2^-46) + |y| 2^-46.
+    Ideal proposal: E = -ln V ~ Exp(1) (:func:`_lazy_exponential`), U = (w + U')/2^32. Ideal
+    decisions: accept iff U < exp(-(E - 1)^2 / 2) -- rejection from Exp(1) to the half-normal,
+    whose density ratio is e^{-E^2/2} / e^{-E} ∝ e^{-(E-1)^2/2} -- then output round(sigma E).
+    Returns (decided, accepted, r): where ``decided`` the ideal decisions are proven to be
+    ``accepted`` and (if accepted) ``r``. For a = exp(-(ef-1)^2/2), |da/dE| = |E-1| a, and
+    max_x (1+|x|) e^{-x^2/2} < 1.34, max_x (1+x^2) e^{-x^2/2} < 1.22 bound the float error, so
+    |a - ideal| <= 1.34 err_e + 2^-45 (2^-45 >> 1.22 x 16 ulp of exp and the products).
     """
-    vf = v.astype(np.float64)                  # relative rounding <= 2^-53 (inside the 2^-45 term)
-    wide = vf < 2.0**32                        # V known too coarsely (probability 2^-32): exact path
-    np.maximum(vf, 2.0**32, out=vf)
-    ef = np.log(vf)
-    np.subtract(_LN2_64, ef, out=ef)           # -ln(v 2^-64)
-    err_e = np.reciprocal(vf, out=vf)          # vf is not needed any more
-    err_e += _RG_REL * ef + 2.0**-45
+    ef, err_e, wide = _lazy_exponential(v)
     dev = ef - 1.0
     dev *= dev
     dev *= -0.5
@@ -363,17 +385,10 @@ def _rg_float_decide(v: np.ndarray, w: np.ndarray, sigma: float
     wf = w.astype(np.float64)                  # exact (32-bit)
     accept = wf + 1.0 <= (a - err_a) * 2.0**32  # products by 2^32 are exact
     reject = wf >= (a + err_a) * 2.0**32
-    y = ef
-    y *= sigma                                 # ef is not needed any more
-    err_e *= sigma * (1.0 + _RG_REL)
-    err_e += _RG_REL * np.abs(y)               # err_y
-    y += 0.5
-    r = np.floor(y)
-    y -= r                                     # frac: distance above the half-integer below
-    round_ok = (y > err_e) & (y < 1.0 - err_e)
+    round_ok, r = _round_scaled(ef, err_e, sigma)
     decided = reject | (accept & round_ok)
     decided &= ~wide
-    return decided, accept & decided, r.astype(np.int64)
+    return decided, accept & decided, r
 
 
 def _rg_interval_decide(v: int, nv: int, w: int, nu: int, sigma: float, prec: int,
@@ -460,3 +475,4 @@ def sample_rounded_gaussian(sigma: float, size: int | tuple[int, ...], rng: Secu
         return np.where(sign[keep], -r[keep], r[keep])
 
     return _collect(_size_tuple(size), batch)
+
