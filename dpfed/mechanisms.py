@@ -46,7 +46,7 @@ from dpfed import accounting
 from dpfed.rng import SecureRNG
 from dpfed.samplers import (
     MAX_ROUNDED_GAUSSIAN_SIGMA,
-    _bernoulli_exp_qr,
+    _bernoulli_exp_lazy,
     gaussian_fraction,
     laplace_fraction,
     sample_discrete_gaussian,
@@ -454,7 +454,7 @@ def exponential(scores, *, sensitivity: float, epsilon: float, rng: SecureRNG,
     while pending.size:  # each pending selection proposes up to `per` uniform candidates
         per = max(1, min(2 * n, (1 << 21) // pending.size))
         idx = rng.integers(n, (pending.size, per))
-        ok = _bernoulli_exp_qr(qq[idx.ravel()], rr[idx.ravel()], den, rng).reshape(idx.shape)
+        ok = _bernoulli_exp_lazy(qq[idx.ravel()], rr[idx.ravel()], den, rng).reshape(idx.shape)
         hit = ok.any(axis=1)
         first = ok.argmax(axis=1)  # the first accepted proposal of an i.i.d. stream is exact
         chosen[pending[hit]] = idx[hit, first[hit]]
@@ -498,7 +498,7 @@ def randomized_response(values, *, k: int, epsilon: float, rng: SecureRNG) -> Re
         acc = y == flat[pending]
         other = np.flatnonzero(~acc)  # these are kept with probability exp(-eps)
         m = other.size
-        acc[other] = _bernoulli_exp_qr(np.full(m, e.numerator // e.denominator, np.int64),
+        acc[other] = _bernoulli_exp_lazy(np.full(m, e.numerator // e.denominator, np.int64),
                                        np.full(m, e.numerator % e.denominator, np.int64),
                                        e.denominator, rng)
         out[pending[acc]] = y[acc]

@@ -112,3 +112,28 @@ def test_bad_sigma():
             sample_rounded_gaussian(bad, 3, rng("bad"))
     assert sample_rounded_gaussian(1.0, 0, rng("empty")).shape == (0,)
     assert sample_rounded_gaussian(1.0, (2, 3), rng("shape")).shape == (2, 3)
+
+
+# -- the lazy exact Bernoulli(exp(-gamma)) behind the discrete Laplace / Gaussian and exponential --
+@pytest.mark.parametrize("num,den", [(1, 3), (7, 2), (0, 5), (2**40 + 1, 2**40)])
+def test_lazy_bernoulli_exp_frequency(num, den):
+    import math
+
+    x = samplers.bernoulli_exp(np.full(200_000, num), den, rng(f"be{num}/{den}"))
+    p = math.exp(-num / den)
+    assert stats.binomtest(int(x.sum()), x.size, p).pvalue > ALPHA
+
+
+def test_lazy_bernoulli_exact_fallback_has_the_conditional_law():
+    """U's first 32 bits straddle a = e^{-1/3}: given that, P(U < a) = a 2^32 - w, not a.
+    The mpmath fallback must reproduce this conditional probability (a binomial test); a
+    fallback that re-drew an independent Bernoulli(a) would fail it."""
+    import math
+
+    a = math.exp(-1 / 3)
+    w = math.floor(a * 2**32)
+    cond = a * 2**32 - w
+    r = rng("fallback")
+    hits = sum(samplers._uniform_below_exp(w, 1, 3, r) for _ in range(3000))
+    assert stats.binomtest(hits, 3000, cond).pvalue > ALPHA
+    assert abs(cond - a) > 0.05  # the test distinguishes the conditional law from a
