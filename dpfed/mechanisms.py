@@ -47,7 +47,6 @@ from dpfed.rng import SecureRNG
 from dpfed.samplers import (
     MAX_ROUNDED_GAUSSIAN_SIGMA,
     _bernoulli_exp_lazy,
-    gaussian_fraction,
     laplace_fraction,
     sample_discrete_gaussian,
     sample_discrete_laplace,
@@ -303,10 +302,8 @@ def discrete_gaussian(value, *, sigma: float, rng: SecureRNG, sensitivity: int =
     if sig > MAX_ACCOUNTED_DG_SIGMA:
         raise ValueError(f"discrete_gaussian supports sigma <= 2^14 (its exact PLD enumerates ~23 sigma "
                          f"points); use rounded_gaussian() for sigma {sig:g}")
-    t, c = gaussian_fraction(sig)
-    sig_used = math.sqrt(t * c.numerator / c.denominator)  # the law actually sampled (>= sigma)
-    noisy = _checked_add(x, sample_discrete_gaussian(sig, x.shape, rng))
-    one = accounting.DiscreteGaussianDpEvent(sigma=sig_used, sensitivity=sens)
+    noisy = _checked_add(x, sample_discrete_gaussian(sig, x.shape, rng))  # exactly N_Z(0, sig^2)
+    one = accounting.DiscreteGaussianDpEvent(sigma=sig, sensitivity=sens)
     event = one if m == 1 else dp_event.SelfComposedDpEvent(one, m)
     rho = _up(m * sens * sens / (2 * sig * sig))
     return Release(noisy if noisy.ndim else int(noisy), event,

@@ -17,7 +17,6 @@ from dpfed.rng import SecureRNG
 from dpfed import samplers
 from dpfed.samplers import (
     bernoulli_exp,
-    gaussian_fraction,
     laplace_fraction,
     sample_discrete_gaussian,
     sample_discrete_laplace,
@@ -176,10 +175,9 @@ def test_reproducible_and_shape():
 def test_parameters_round_up_never_down():
     assert laplace_fraction(0.1) >= Fraction(0.1)
     assert laplace_fraction(Fraction(7, 3)) == Fraction(7, 3)
-    for sigma in (0.3, 1.0, 3.7, 1234.5, 2.0**27):
-        t, c = gaussian_fraction(sigma)
-        assert t * c >= Fraction(sigma) ** 2
-        assert float(t * c) <= sigma**2 * (1 + 2**-20)
+    for sigma in (Fraction(1, 3), Fraction(10, 7), 2.5):
+        assert Fraction(samplers._dg_sigma(sigma)) >= sigma
+        assert samplers._dg_sigma(sigma) == pytest.approx(float(sigma), rel=1e-15)
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf")])
@@ -217,9 +215,9 @@ def test_exp_minus_one_boundaries_exact():
         assert bool(g) == (k_stop % 2 == 1), m
 
 
-def test_discrete_gaussian_at_max_sigma_uses_exact_big_integer_path():
-    """At sigma = 2^28 some proposals make (|Y| - sigma^2/t)^2 overflow int64; those entries go
-    through exact Python integers. KS against N(0, sigma^2) at level ALPHA."""
+def test_discrete_gaussian_at_max_sigma():
+    """At sigma = 2^28 (the limit) the float filter defers the most proposals to the exact
+    path. KS against N(0, sigma^2) at level ALPHA."""
     sigma = float(samplers.MAX_GAUSSIAN_SIGMA)
     x = sample_discrete_gaussian(sigma, 60_000, rng("dg-max")).astype(float)
     assert stats.kstest(x / sigma, "norm").pvalue > ALPHA

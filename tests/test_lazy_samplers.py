@@ -1,9 +1,9 @@
-"""The exact rounded-Gaussian sampler (dpfed.samplers.sample_rounded_gaussian).
+"""The lazy exact samplers of dpfed.samplers: rounded Gaussian, discrete Gaussian, Bernoulli(e^-g).
 
 Statistical tests use fixed seeds and reject at ALPHA = 1e-4 (false-alarm rate 1e-4 per test over
 seeds, ~1e-3 for the file); each goodness-of-fit test is paired with a power check that rejects a
 5 % wrong scale. The float filter is checked decision by decision against the exact interval
-arithmetic path, and the exact path alone is checked for its law. Runtime: ~15 s.
+arithmetic path, and the exact path alone is checked for its law. Runtime: ~20 s.
 """
 from __future__ import annotations
 
@@ -137,3 +137,54 @@ def test_lazy_bernoulli_exact_fallback_has_the_conditional_law():
     hits = sum(samplers._uniform_below_exp(w, 1, 3, r) for _ in range(3000))
     assert stats.binomtest(hits, 3000, cond).pvalue > ALPHA
     assert abs(cond - a) > 0.05  # the test distinguishes the conditional law from a
+
+
+# -- discrete Gaussian (step density by rejection from the Laplace law) -----------------------------
+def test_discrete_gaussian_exact_path_alone_has_the_law():
+    from test_samplers import dgauss_pmf
+
+    sigma = 1.3
+    t, m = samplers._dg_envelope(sigma)
+    r = rng("dg-exact")
+    v, w, neg = r.uint64(4000), r._uint32(4000), samplers._bits(r, 4000)
+    got = [samplers._dg_exact_one(int(a), int(b), bool(c), t, sigma, m, r) for a, b, c in zip(v, w, neg)]
+    x = np.array([g for g in got if g is not None], dtype=np.int64)
+    assert 0.5 < x.size / 4000 < 0.8  # acceptance ~0.76 exp(-1/(2 sigma)) = 0.52..0.8
+    assert chi2_pvalue(x, lambda xs: dgauss_pmf(xs, sigma), min_expected=10.0) > ALPHA
+    assert chi2_pvalue(x, lambda xs: dgauss_pmf(xs, 2.0), min_expected=10.0) < ALPHA
+
+
+@pytest.mark.parametrize("sigma", [0.4, 3.0, 2.0**26])
+def test_discrete_gaussian_filter_agrees_with_interval_arithmetic(sigma):
+    t, m = samplers._dg_envelope(sigma)
+    r = rng(f"dg-agree{sigma}")
+    v, w, neg = r.uint64(1500), r._uint32(1500), samplers._bits(r, 1500)
+    decided, accepted, out = samplers._dg_float_decide(v, w, neg, t, m, 1.0 / (2 * sigma * sigma))
+    assert decided.mean() > 0.999
+
+    class NoMoreBits:  # the exact path must decide from the same 64 + 32 bits, or we skip it
+        def uint64(self, n):
+            raise LookupError
+
+        _uint32 = uint64
+
+    checked = 0
+    for i in np.flatnonzero(decided):
+        try:
+            got = samplers._dg_exact_one(int(v[i]), int(w[i]), bool(neg[i]), t, sigma, m, NoMoreBits())
+        except LookupError:
+            continue
+        assert (got is not None) == bool(accepted[i])
+        if got is not None:
+            assert got == out[i]
+        checked += 1
+    assert checked > 1400
+
+
+def test_discrete_gaussian_envelope_bounds_the_exponent():
+    """exp(|x|/t - round(x)^2/(2 sigma^2) - m) <= 1 everywhere: m is a true bound (dense grid)."""
+    for sigma in (0.3, 0.5, 1.0, 2.7, 40.0):
+        t, m = samplers._dg_envelope(sigma)
+        x = np.linspace(0, 60 * sigma + 5, 400_001)
+        r = np.floor(x + 0.5)
+        assert np.max(x / t - r * r / (2 * sigma * sigma)) <= m
