@@ -121,9 +121,9 @@ def _bernoulli_exp_lazy(q: np.ndarray | None, r: np.ndarray, den: int | np.ndarr
     """Exact Bernoulli(exp(-(q + r/den))) for int64 arrays q >= 0 (or None),
     0 <= r < den < 2**62 (den a scalar or an array), by lazy comparison: the coin is [U < e^{-gamma}] for a uniform real U of which only 32 bits are drawn.
 
-    Float filter: gamma_f = q + r/den has relative error <= 2^-51 (int64 -> float64 conversions
-    and one division), so a = exp(-gamma_f) is within a (gamma 2^-51 + 16 ulp) <= 2^-51/e + 2^-48
-    < 2^-46 of e^{-gamma} (a gamma <= 1/e). Where U's 2^-32-wide interval clears a by that margin
+    Float filter: gamma_f = q + r/den has relative error <= 2^-50 (int64 -> float64 conversions,
+    one division, one addition), so a = exp(-gamma_f) is within a (gamma 2^-50 + 16 ulp) <=
+    2^-50/e + 2^-48 < 2^-46 of e^{-gamma} (a gamma <= 1/e). Where U's 2^-32-wide interval clears a by that margin
     the decision is proven; the rest (~2^-31 of the coins) draws more bits of U and compares with
     mpmath interval arithmetic on the exact rational gamma. Several times faster than CKS20
     Algorithm 1's chain of Bernoulli(gamma/k) coins, with the identical (exact) law.
@@ -314,7 +314,7 @@ def _dg_float_decide(v: np.ndarray, w: np.ndarray, neg: np.ndarray, t: float, m:
     y = ef
     y *= t
     err_e *= t * (1.0 + _RG_REL)
-    err_e += _RG_REL * y                       # err_x (y >= 0)
+    err_e += _RG_REL * y + 2.0**-50            # err_x (y >= 0; + the rounding of x + 1/2 below)
     np.negative(y, out=y, where=neg)           # x
     y += 0.5
     r = np.floor(y)
@@ -403,12 +403,13 @@ def _lazy_exponential(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 def _round_scaled(ef: np.ndarray, err_e: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
     """(ok, r): r = round(scale E) wherever ``ok`` proves it (y = scale ef is off by at most
-    scale err_e (1 + 2^-46) + |y| 2^-46, and must be that far from a half-integer).
+    scale err_e (1 + 2^-46) + |y| 2^-46, and y + 1/2 by at most 2^-54 more; y must clear a
+    half-integer by that much, with 2^-50 to spare).
     Consumes (overwrites) ``ef`` and ``err_e``."""
     y = ef
     y *= scale
     err_e *= scale * (1.0 + _RG_REL)
-    err_e += _RG_REL * np.abs(y)               # err_y
+    err_e += _RG_REL * np.abs(y) + 2.0**-50    # err_y (+ the rounding of y + 1/2 below, <= 2^-54)
     y += 0.5
     r = np.floor(y)
     y -= r                                     # distance above the half-integer below
