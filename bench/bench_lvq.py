@@ -204,25 +204,43 @@ def report() -> None:
         print("no runs yet")
         return
     rows = [json.loads(line) for line in RUNS.read_text().splitlines() if line.strip()]
-    groups: dict[tuple, list[float]] = {}
+    by_fold: dict[tuple, dict[int, list[float]]] = {}
     for r in rows:
-        groups.setdefault((r["dataset"], r["model"], r["setting"], r["epsilon"]), []).append(r["test_error"])
+        by_fold.setdefault((r["dataset"], r["model"], r["setting"], r["epsilon"]), {}).setdefault(
+            r["fold"], []).append(r["test_error"])
+    # one number per fold (the mean over its seeds); cells are mean +- std of these over folds
+    groups = {k: [float(np.mean(v[f])) for f in sorted(v)] for k, v in by_fold.items()}
+    seeds = {k: sorted({len(v[f]) for f in v}) for k, v in by_fold.items()}
     sig: dict[tuple, float] = {(r["dataset"], r["model"], r["setting"], r["epsilon"]): r["noise_multiplier"] for r in rows}
-    lines = ["# DP-GLVQ / DP-GMLVQ: Table 1 protocol (test error, mean ± std over folds [n folds])", "",
+    loads = [r["load_avg_1min"] for r in rows if "load_avg_1min" in r]
+    load_txt = (f"1-min load average at the end of each run (2 cores, shared with other engineers' benchmarks): "
+                f"median {np.median(loads):.1f}, range {min(loads):.1f}-{max(loads):.1f} over the {len(loads)} runs "
+                f"that recorded it (earlier runs: ~10)." if loads else "")
+
+    def cell(k: tuple) -> str:
+        v = groups.get(k)
+        if not v:
+            return "not run"
+        sd = seeds[k]
+        tag = f"{len(v)}" if sd == [1] else f"{len(v)}×{sd[0]}" if len(sd) == 1 else f"{len(v)}×{sd[0]}-{sd[-1]}"
+        return f"{np.mean(v):.3f} ± {np.std(v):.3f} [{tag}]"
+
+    lines = ["# DP-GLVQ / DP-GMLVQ: Table 1 protocol (test error, mean ± std over folds)", "",
              "(a) 1 party, (b) 5 parties local noise, (c) 5 parties distributed noise (simulation only). "
              "q=0.01, E=50, delta=1e-5, epsilon_1=0.2 epsilon, Gaussian initialisation, PLD-calibrated sigma. "
-             "[n] = folds run (the shared 2-core machine did not allow all: MNIST GMLVQ ran 1 fold with a rank-50 "
-             "Omega, satimage 3 folds). Runs: bench/results/lvq_runs.jsonl; grids: lvq_tuning.json.", ""]
+             "[n] = n folds with one training seed each; [n×m] = n folds with m seeds each (noise, Poisson "
+             "sampling and party split differ per seed): the cell is the mean ± std over folds of the per-fold "
+             "seed means. MNIST GMLVQ uses a rank-50 Omega (a full 784x784 Omega is ~6x slower per fit). "
+             "Runs: bench/results/lvq_runs.jsonl; grids: lvq_tuning.json. Runs before commit ea69e9d drew the "
+             "noise by Box-Muller, later ones by the ziggurat sampler (both exact Gaussian).", "", load_txt, ""]
     tun = load_tuning()
     for dataset in sorted({k[0] for k in groups}):
         lines += [f"## {dataset}", "", "| model | epsilon | sigma | (a) 1 party | (b) 5 local | (c) 5 distributed | paper |",
                   "|---|---|---|---|---|---|---|"]
         for model in ("glvq", "gmlvq"):
             for eps in (*EPSILONS, None):
-                cells = []
-                for s in ("a", "b", "c") if eps is not None else ("np", "np-tuned"):
-                    v = groups.get((dataset, model, s, eps))
-                    cells.append(f"{np.mean(v):.3f} ± {np.std(v):.3f} [{len(v)}]" if v else "not run")
+                cells = [cell((dataset, model, s, eps)) for s in (("a", "b", "c") if eps is not None
+                                                                   else ("np", "np-tuned"))]
                 if eps is None:
                     cells = [f"{cells[0]} (DP's lr)", f"{cells[1]} (own lr)", ""]
                 if all(c == "not run" for c in cells):
@@ -236,6 +254,20 @@ def report() -> None:
             t = tun.get(f"{dataset}/{model}")
             if t:
                 lines.append(f"\nTuned on validation ({dataset}/{model}): {json.dumps(t['chosen'])}")
+        lines += ["", "(c) − (a), paired by fold (per-fold seed means; ± standard error over folds):", "",
+                  "| model | epsilon | (c) − (a) | folds | seeds per fold (a / c) |", "|---|---|---|---|---|"]
+        for model in ("glvq", "gmlvq"):
+            for eps in EPSILONS:
+                a, c = by_fold.get((dataset, model, "a", eps), {}), by_fold.get((dataset, model, "c", eps), {})
+                common = sorted(set(a) & set(c))
+                if not common:
+                    continue
+                diff = np.array([np.mean(c[f]) - np.mean(a[f]) for f in common])
+                se = np.std(diff, ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
+                se_txt = f"{se:.3f}" if len(diff) > 1 else "n/a"
+                lines.append(f"| {model} | {eps} | {diff.mean():+.3f} ± {se_txt} | {len(common)} | "
+                             f"{'/'.join(str(x) for x in seeds[(dataset, model, 'a', eps)])} / "
+                             f"{'/'.join(str(x) for x in seeds[(dataset, model, 'c', eps)])} |")
         lines.append("")
     sup = RESULTS / "lvq_runs_superseded.jsonl"
     if sup.exists():
