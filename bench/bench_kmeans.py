@@ -5,6 +5,7 @@
     python bench/bench_kmeans.py --report-only        # rebuild table + plot from the saved rows
     python bench/bench_kmeans.py --cells blobs-d10-n1e5 --methods sa --parties 1 --eps 1 \
         --rows bench/results/kmeans_recheck.jsonl    # a re-measurement kept apart (table: .md beside it)
+    taskset -c 1 python bench/bench_kmeans.py --speed # one fit at n=1e6, d=10 (issue: < 1 min, one core)
 
 Methods: ``sa`` = our sample-and-aggregate default (GUPT clamped mean of the aligned block
 answers + 2 DP Lloyd steps), ``sa-coa`` = the paper's center of attention with smooth-sensitivity
@@ -155,6 +156,26 @@ def plot(rows: list[dict], ref: dict[str, dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def speed(n: int = 1_000_000, d: int = 10, k: int = 5, eps: float = 1.0) -> str:
+    """Time one DPKMeans fit (one party) on blobs n x d: the data-free budget calibration
+    (make_plan, cached per job parameters) apart from the fit itself; CPU and wall seconds."""
+    from dpfed.kmeans import DPKMeans, make_plan
+
+    X, _, _ = make_blobs(n, d, k, seed=0)
+    lines = ["| method | n | d | k | calibration CPU s | fit CPU s | fit wall s | blocks |",
+             "|---|---|---|---|---|---|---|---|"]
+    for method, steps in (("sample-aggregate", 2), ("lloyd", 5)):
+        make_plan.cache_clear()
+        c0 = time.process_time()
+        make_plan(method, k, "mean", steps, eps, DELTA)
+        cal = time.process_time() - c0
+        c0, w0 = time.process_time(), time.perf_counter()
+        est = DPKMeans(k, epsilon=eps, delta=DELTA, bounds=(-15.0, 15.0), method=method, random_state=0).fit(X)
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+        lines.append(f"| {method} | {n} | {d} | {k} | {cal:.2f} | {cpu:.2f} | {wall:.2f} | {est.n_blocks_} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", default=",".join(CELLS))
@@ -163,9 +184,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eps", default=",".join(str(e) for e in EPS))
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--speed", action="store_true", help="only time one fit at n=1e6, d=10 and print it")
     ap.add_argument("--rows", type=Path, default=ROWS,
                     help="rows file; other than the default, the table goes to <rows>.md and no plot is drawn")
     args = ap.parse_args(argv)
+    if args.speed:
+        table = speed()
+        (RESULTS / "kmeans_speed.md").write_text(
+            "# k-means speed: one fit, one party, eps 1, delta 1e-6\n\ncommand: `taskset -c 1 python "
+            f"bench/bench_kmeans.py --speed` (BLAS threads 1); cpus allowed: {len(os.sched_getaffinity(0))}; "
+            f"load average (1 min) when done: {os.getloadavg()[0]:.1f}\n\n{table}\n")
+        print(table)
+        return 0
     RESULTS.mkdir(parents=True, exist_ok=True)
     ref_path = RESULTS / "kmeans_nonprivate.json"
     ref: dict[str, dict] = json.loads(ref_path.read_text()) if ref_path.exists() else {}
