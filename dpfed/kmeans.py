@@ -40,6 +40,7 @@ from scipy.optimize import linear_sum_assignment
 from dpfed import accounting
 from dpfed.estimator import EstimatorParams
 from dpfed.federated import Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
+from dpfed.mechanisms import gaussian
 from dpfed.rng import SecureRNG
 from dpfed.sample_aggregate import assign_blocks, center_of_attention_release, clamped_mean_release
 from dpfed.samplers import sample_discrete_laplace
@@ -71,9 +72,13 @@ def _sqdist(X: np.ndarray, C: np.ndarray) -> np.ndarray:
 
 
 def _cluster_sums(X: np.ndarray, lab: np.ndarray, k: int, w: np.ndarray | None = None) -> np.ndarray:
-    """Per-cluster (weighted) sums of the rows of X, (k, d), one bincount per column."""
-    return np.stack([np.bincount(lab, weights=X[:, j] if w is None else w * X[:, j], minlength=k)
-                     for j in range(X.shape[1])], axis=1)
+    """Per-cluster (weighted) sums of the rows of X, (k, d): one sparse (k x n) indicator product."""
+    from scipy import sparse
+
+    n = len(lab)
+    ind = sparse.csr_matrix((np.ones(n) if w is None else np.asarray(w, dtype=np.float64),
+                             (np.asarray(lab), np.arange(n))), shape=(k, n))
+    return np.asarray(ind @ np.asarray(X, dtype=np.float64))
 
 
 def _draw(p: np.ndarray, u: float) -> int:
@@ -346,7 +351,8 @@ def _dl(value: np.ndarray, noise: float, rng: SecureRNG) -> np.ndarray:
 
 def _dp_lloyd_step(X: np.ndarray, C: np.ndarray, lower: np.ndarray, upper: np.ndarray, plan: KMeansPlan,
                    rng: SecureRNG) -> np.ndarray:
-    """One DP Lloyd step: per-cluster sums of (x - mid) plus N(0, (z R)^2), R = ||upper-lower||/2
+    """One DP Lloyd step: per-cluster sums of (x - mid) plus Gaussian noise of std z R (on the public
+    grid, :func:`dpfed.mechanisms.gaussian`), R = ||upper-lower||/2
     the largest l2 norm of a centred record (add/remove sensitivity of the sum vector), and
     counts plus discrete Laplace (sensitivity 1). Clusters with a noisy count < 1 keep their
     center; new centers are clamped to the box (post-processing)."""
@@ -355,7 +361,9 @@ def _dp_lloyd_step(X: np.ndarray, C: np.ndarray, lower: np.ndarray, upper: np.nd
     lab = np.argmin(_sqdist(X, C), axis=1)
     cnt = np.bincount(lab, minlength=k)
     sums = _cluster_sums(X - mid, lab, k)
-    noisy_sums = sums + rng.normal((k, d), scale=plan.step_noise_multiplier * R)
+    # floating-point-safe Gaussian on the public grid; its event is exactly the planned
+    # GaussianDpEvent(step_noise_multiplier) (the grid's rounding is paid for in noise)
+    noisy_sums = gaussian(sums, sensitivity=R, noise_multiplier=plan.step_noise_multiplier, rng=rng).value
     noisy_cnt = _dl(cnt, plan.step_count_noise, rng).astype(np.float64)
     new = np.where(noisy_cnt[:, None] >= 1, mid + noisy_sums / np.maximum(noisy_cnt, 1)[:, None], C)
     return np.clip(new, lower, upper)

@@ -34,6 +34,7 @@ from scipy import special, stats
 from dp_accounting import dp_event
 
 from dpfed import accounting
+from dpfed.mechanisms import gaussian
 from dpfed.rng import SecureRNG
 
 __all__ = [
@@ -272,8 +273,11 @@ def center_of_attention_release(Z: np.ndarray, *, epsilon: float, delta: float, 
     R = radii(Z)
     i = center_of_attention(Z, t0, R)
     S = smooth_sensitivity(R, t0, params.beta, diameter)
-    std = S / params.alpha
-    value = Z[i] + rng.normal(p, scale=std)
+    # floating-point-safe: Z[i] rounded to a public grid plus exact rounded-Gaussian noise; the grid
+    # adds sqrt(p) 2^-k to the sensitivity, which the std absorbs (std = (S + sqrt(p) 2^-k)/alpha;
+    # S + c is still a beta-smooth upper bound on the local sensitivity of the rounded answer)
+    rel = gaussian(Z[i], sensitivity=S, noise_multiplier=1.0 / params.alpha, rng=rng)
+    value, std = rel.value, float(rel.details["sigma"])
     if lower is not None and upper is not None:
         value = np.clip(value, lower, upper)
     return SmoothRelease(value=value, noise_std=std, sensitivity=S, index=i, params=params)
@@ -296,8 +300,10 @@ def clamped_mean_release(Z: np.ndarray, *, lower: np.ndarray, upper: np.ndarray,
     if not noise_multiplier > 0:
         raise ValueError("noise_multiplier must be > 0")
     sens = float(np.linalg.norm(np.broadcast_to(np.asarray(upper) - np.asarray(lower), (p,)))) / m
-    std = noise_multiplier * sens
-    value = np.clip(Z.mean(axis=0) + rng.normal(p, scale=std), lower, upper)
+    # floating-point-safe Gaussian on the public grid, event exactly GaussianDpEvent(noise_multiplier)
+    rel = gaussian(Z.mean(axis=0), sensitivity=sens, noise_multiplier=noise_multiplier, rng=rng)
+    std = float(rel.details["sigma"])
+    value = np.clip(rel.value, lower, upper)
     return MeanRelease(value=value, noise_std=std, l2_sensitivity=sens)
 
 
