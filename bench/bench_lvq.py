@@ -97,8 +97,10 @@ def load_tuning() -> dict:
     return json.loads(TUNING.read_text()) if TUNING.exists() else {}
 
 
-def tune(dataset: str, model: str, base: dict) -> dict:
-    """Grid search on a validation split (80/20) of fold 1's training part, setting (a), epsilon 1.5."""
+def tune(dataset: str, model: str, base: dict, eps: float = 1.5, grid: list[dict] | None = None,
+         key: str | None = None) -> dict:
+    """Grid search on a validation split (80/20) of fold 1's training part, setting (a), epsilon 1.5
+    (or ``eps``, stored under ``key``, e.g. ``mnist/glvq@0.75`` for a per-epsilon choice)."""
     ds = load_dataset(dataset)
     X, y = ds.X, ds.y
     tr, _ = folds(dataset, len(X))[0]
@@ -106,14 +108,15 @@ def tune(dataset: str, model: str, base: dict) -> dict:
     cut = int(0.8 * len(perm))
     fit_idx, val_idx = perm[:cut], perm[cut:]
     rows = []
-    for hp in GRIDS_BY_DATASET.get(dataset, GRIDS)[model]:
-        r = run_one(ds, X[fit_idx], y[fit_idx], X[val_idx], y[val_idx], model, 1.5, 1, "local", {**base, **hp}, 7)
+    for hp in grid if grid is not None else GRIDS_BY_DATASET.get(dataset, GRIDS)[model]:
+        r = run_one(ds, X[fit_idx], y[fit_idx], X[val_idx], y[val_idx], model, eps, 1, "local", {**base, **hp}, 7)
         rows.append({**hp, "val_error": r["test_error"], "wall_seconds": r["wall_seconds"]})
         print(f"tune {dataset} {model} {hp} val_error {r['test_error']:.3f} ({r['wall_seconds']:.0f}s)", flush=True)
     best = min(rows, key=lambda r: r["val_error"])
-    chosen = {**base, "lr": best["lr"], "clip": best["clip"]}
+    chosen = ({**base, "lr": best["lr"], "clip": best["clip"]} if grid is None
+              else {**base, **{k: v for k, v in best.items() if k not in ("val_error", "wall_seconds")}})
     allt = load_tuning()
-    allt[f"{dataset}/{model}"] = {"grid": rows, "chosen": chosen}
+    allt[key or f"{dataset}/{model}"] = {"grid": rows, "chosen": chosen, "epsilon": eps}
     RESULTS.mkdir(parents=True, exist_ok=True)
     TUNING.write_text(json.dumps(allt, indent=1))
     return chosen
@@ -177,21 +180,28 @@ def table_runs(args: argparse.Namespace) -> None:
                         for eps in args.eps:
                             jobs.append((fi, si, tr, te, eps, s))
             done = {(r["setting"], r["epsilon"], r["fold"], r.get("seed_index", 0)) for r in _rows()
-                    if r["dataset"] == dataset and r["model"] == model}
+                    if r["dataset"] == dataset and r["model"] == model and _current(r, tun)}
             for fi, si, tr, te, eps, s in jobs:
                 if (s, eps, fi, si) in done:  # resume: each run is recorded once
                     continue
                 parties, noise = SETTINGS.get(s, (1, "local"))
-                r = run_one(ds, X[tr], y[tr], X[te], y[te], model, eps, parties, noise, hp,
+                hp_e = tun.get(f"{key}@{eps}", {}).get("chosen", hp) if eps is not None else hp
+                r = run_one(ds, X[tr], y[tr], X[te], y[te], model, eps, parties, noise, hp_e,
                             seed=1000 + fi + 100 * si)
                 row = {"dataset": dataset, "model": model, "setting": s, "epsilon": eps, "fold": fi,
-                       "seed_index": si, "hp": hp, "omega_rank": hp.get("omega_rank", 0),
+                       "seed_index": si, "hp": hp_e, "omega_rank": hp_e.get("omega_rank", 0),
                        "load_avg_1min": round(os.getloadavg()[0], 2), **r}
                 with RUNS.open("a") as f:
                     f.write(json.dumps(row) + "\n")
                 print(f"{dataset} {model} {s} eps={eps} fold {fi} seed {si}: error {r['test_error']:.3f} "
                       f"sigma {r['noise_multiplier']:.3f} ({r['wall_seconds']:.0f}s)", flush=True)
     report()
+
+
+def _current(r: dict, tun: dict) -> bool:
+    """False for a private run superseded by a per-epsilon tuning (``dataset/model@eps``) with other hp."""
+    t = tun.get(f"{r['dataset']}/{r['model']}@{r['epsilon']}") if r["epsilon"] is not None else None
+    return t is None or r["hp"] == t["chosen"]
 
 
 def _rows() -> list[dict]:
@@ -203,7 +213,10 @@ def report() -> None:
     if not RUNS.exists():
         print("no runs yet")
         return
-    rows = [json.loads(line) for line in RUNS.read_text().splitlines() if line.strip()]
+    tun = load_tuning()
+    all_rows = [json.loads(line) for line in RUNS.read_text().splitlines() if line.strip()]
+    rows = [r for r in all_rows if _current(r, tun)]
+    retuned = [r for r in all_rows if not _current(r, tun)]
     by_fold: dict[tuple, dict[int, list[float]]] = {}
     for r in rows:
         by_fold.setdefault((r["dataset"], r["model"], r["setting"], r["epsilon"]), {}).setdefault(
@@ -233,7 +246,6 @@ def report() -> None:
              "seed means. MNIST GMLVQ uses a rank-50 Omega (a full 784x784 Omega is ~6x slower per fit). "
              "Runs: bench/results/lvq_runs.jsonl; grids: lvq_tuning.json. Runs before commit ea69e9d drew the "
              "noise by Box-Muller, later ones by the ziggurat sampler (both exact Gaussian).", "", load_txt, ""]
-    tun = load_tuning()
     for dataset in sorted({k[0] for k in groups}):
         lines += [f"## {dataset}", "", "| model | epsilon | sigma | (a) 1 party | (b) 5 local | (c) 5 distributed | paper |",
                   "|---|---|---|---|---|---|---|"]
@@ -254,6 +266,11 @@ def report() -> None:
             t = tun.get(f"{dataset}/{model}")
             if t:
                 lines.append(f"\nTuned on validation ({dataset}/{model}): {json.dumps(t['chosen'])}")
+            for eps in EPSILONS:
+                t = tun.get(f"{dataset}/{model}@{eps}")
+                if t:
+                    lines.append(f"\nTuned on validation for epsilon {eps} only ({dataset}/{model}, grid "
+                                 f"{len(t['grid'])} settings): {json.dumps(t['chosen'])}")
         lines += ["", "(c) − (a), paired by fold (per-fold seed means; ± standard error over folds):", "",
                   "| model | epsilon | (c) − (a) | folds | seeds per fold (a / c) |", "|---|---|---|---|---|"]
         for model in ("glvq", "gmlvq"):
@@ -270,11 +287,13 @@ def report() -> None:
                              f"{'/'.join(str(x) for x in seeds[(dataset, model, 'c', eps)])} |")
         lines.append("")
     sup = RESULTS / "lvq_runs_superseded.jsonl"
-    if sup.exists():
+    if sup.exists() or retuned:
         old: dict[tuple, list[float]] = {}
-        for r in (json.loads(x) for x in sup.read_text().splitlines() if x.strip()):
+        sup_rows = [json.loads(x) for x in sup.read_text().splitlines() if x.strip()] if sup.exists() else []
+        for r in sup_rows + retuned:
             old.setdefault((r["dataset"], r["model"], r["setting"], r["epsilon"]), []).append(r["test_error"])
-        lines += ["## Superseded runs (before the wider tuning grid), kept for the record", "",
+        lines += ["## Superseded runs (before the wider tuning grid, or before a per-epsilon tuning), kept for the "
+                  "record", "",
                   "| dataset | model | setting | epsilon | test error |", "|---|---|---|---|---|"]
         lines += [f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {np.mean(v):.3f} ± {np.std(v):.3f} [{len(v)}] |"
                   for k, v in sorted(old.items(), key=str)]
@@ -432,6 +451,11 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("grpc")
     g.add_argument("--epochs", type=float, default=50)
     sub.add_parser("report")
+    te = sub.add_parser("tune-eps", help="tune hp for one epsilon on the validation split (training data only)")
+    te.add_argument("--dataset", required=True)
+    te.add_argument("--model", required=True)
+    te.add_argument("--eps", type=float, required=True)
+    te.add_argument("--grid", required=True, help='JSON list of hp overrides, e.g. \'[{"lr": 1.6}]\'')
     args = p.parse_args(argv)
     if args.cmd == "table":
         table_runs(args)
@@ -442,6 +466,10 @@ def main(argv: list[str] | None = None) -> int:
         grpc_run(args)
     elif args.cmd == "speed":
         speed(args)
+    elif args.cmd == "tune-eps":
+        base = load_tuning()[f"{args.dataset}/{args.model}"]["chosen"]
+        grid = [base] + [{**base, **g} for g in json.loads(args.grid)]  # the current choice competes too
+        print(json.dumps(tune(args.dataset, args.model, base, args.eps, grid, f"{args.dataset}/{args.model}@{args.eps}")))
     else:
         report()
     return 0
