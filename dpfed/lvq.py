@@ -3,8 +3,10 @@
 A job is one initialisation round and T = epochs / q DP-SGD rounds.
 
 * Round 0 (``init``, budget epsilon_1 = ``init_fraction`` * epsilon): each party releases noised
-  per-class counts (exact discrete Gaussian / discrete Laplace, sensitivity 1) and per-class
-  coordinate sums of its records rescaled by the public bounds into [-1, 1]^d. ``gaussian``: L2
+  per-class counts (sensitivity 1: exact rounded Gaussian round(sigma Z), charged exactly as the
+  Gaussian -- discrete Gaussian shares under distributed noise -- or exact discrete Laplace) and
+  per-class coordinate sums of its records rescaled by the public bounds into [-1, 1]^d (rounded to a
+  public grid, exact integer noise: :func:`dpfed.mechanisms.gaussian` / ``laplace``). ``gaussian``: L2
   sensitivity sqrt(d), one Gaussian mechanism split between counts and sums (the two noise
   multipliers compose to exactly the one calibrated for epsilon_1). ``laplace``: the paper's
   mechanism, L1 sensitivity d, pure epsilon split. ``zero``: only counts are released (for the
@@ -15,8 +17,10 @@ A job is one initialisation round and T = epochs / q DP-SGD rounds.
   drops from sqrt(d) to ``init_clip``, which on MNIST cuts the initialisation noise ~1.75x.
 * Rounds 1..T (``step``): the coordinator broadcasts the model; each party Poisson-samples (rate q),
   clips every record's joint gradient (prototypes and Omega) to L2 norm C with ghost norms
-  (:mod:`dpfed.lvq_model`), adds Gaussian noise and returns the sum. The coordinator adds the sums,
-  divides by the expected batch size q * n (n from the noisy counts) and steps (SGD with rate
+  (:mod:`dpfed.lvq_model`), adds Gaussian noise and returns the sum. The noise is a float Gaussian
+  from the ChaCha20 keystream (ziggurat), as in Opacus and TF Privacy; ``exact_noise`` puts the sum
+  on a public grid with exact rounded-Gaussian noise instead (floating-point safe, slower). The
+  coordinator adds the sums, divides by the expected batch size q * n (n from the noisy counts) and steps (SGD with rate
   ``lr / (1 + lr_decay * t / T)``, or Adam). Omega is renormalised to Frobenius norm ``omega_scale``
   after each step (post-processing).
 * sigma (``noise_multiplier``) is the smallest one for which the PLD composition of the
@@ -61,7 +65,8 @@ from dpfed.estimator import ClassifierScore, EstimatorParams
 from dpfed.federated import Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
 from dpfed.lvq_model import GradientSum, clipped_gradient_sum, predict, rescale
 from dpfed.rng import SecureRNG
-from dpfed.samplers import sample_discrete_gaussian, sample_discrete_laplace
+from dpfed.mechanisms import gaussian, laplace
+from dpfed.samplers import sample_discrete_gaussian, sample_discrete_laplace, sample_rounded_gaussian
 from dpfed.schema import DataValidationError, Schema
 
 __all__ = ["PrivacyPlan", "privacy_plan", "prepare_params", "LVQParty", "LVQCoordinator", "evaluate",
@@ -73,7 +78,7 @@ DEFAULTS: dict[str, Any] = {
     "init": "gaussian", "init_fraction": 0.2, "count_fraction": 0.05, "init_center": "mid", "init_clip": 0.0,
     "optimizer": "sgd", "lr": 0.05, "lr_decay": 9.0, "adam_betas": [0.9, 0.999],
     "prototypes_per_class": 1, "omega_rank": 0, "omega_scale": 1.0,
-    "phi": "identity", "beta": 1.0, "private": True, "allow_missing_classes": False,
+    "phi": "identity", "beta": 1.0, "private": True, "allow_missing_classes": False, "exact_noise": False,
 }
 _PLAN_KEYS = ("epsilon", "delta", "epochs", "sampling_rate", "init", "init_fraction", "count_fraction")
 
@@ -324,7 +329,7 @@ class LVQParty(PartyAlgorithm):
         mask = rng.poisson_mask(len(Z), float(p["sampling_rate"]))
         g = noisy_gradient_sum(Z[mask], y[mask], W, _prototype_labels(c, ppc), omega, float(p["clip"]),
                                plan.noise_multiplier * float(p["clip"]) * share, rng, phi=str(p["phi"]),
-                               beta=float(p["beta"]), learn_omega=learn_omega)
+                               beta=float(p["beta"]), learn_omega=learn_omega, exact=bool(p["exact_noise"]))
         out = {"grad_prototypes": g.prototypes}
         if rank:
             out["grad_omega"] = g.omega
@@ -336,7 +341,9 @@ class LVQParty(PartyAlgorithm):
         init = p["init"]
         if init == "laplace":  # the paper's mechanism; Laplace noise does not split, so always in full
             noisy_counts = counts + sample_discrete_laplace(plan.count_noise, c, rng)
-        else:
+        elif share == 1.0:  # exact round(sigma Z): a post-processing of GaussianDpEvent(zc), exactly as planned
+            noisy_counts = counts + sample_rounded_gaussian(plan.count_noise, c, rng)
+        else:  # a share of the central noise; the parties' sum is close to one discrete Gaussian (module notes)
             noisy_counts = counts + sample_discrete_gaussian(plan.count_noise * share, c, rng)
         out: Answer = {"counts": noisy_counts.astype(np.int64)}
         if init == "zero":
@@ -344,11 +351,9 @@ class LVQParty(PartyAlgorithm):
         S, l2, l1 = _init_rows(p, Z)
         sums = np.zeros((c, d))
         np.add.at(sums, y, S)
-        if init == "gaussian":
-            sums += rng.normal((c, d), plan.sum_noise * l2 * share)
+        if init == "gaussian":  # floating-point safe: public grid + exact rounded-Gaussian noise
+            sums = np.asarray(gaussian(sums, sensitivity=l2, noise_multiplier=plan.sum_noise * share, rng=rng).value)
         else:
-            from dpfed.mechanisms import laplace
-
             # One Laplace mechanism over the whole (c x d) table: a record changes one row by at most l1 in L1.
             sums = np.asarray(laplace(sums, sensitivity=l1, epsilon=1.0 / plan.sum_noise, rng=rng).value)
         out["sums"] = sums
@@ -357,7 +362,7 @@ class LVQParty(PartyAlgorithm):
 
 def noisy_gradient_sum(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.ndarray, omega: np.ndarray | None,
                        clip: float, std: float, rng: SecureRNG, *, phi: str = "identity", beta: float = 1.0,
-                       learn_omega: bool = True) -> GradientSum:
+                       learn_omega: bool = True, exact: bool = False) -> GradientSum:
     """One party's DP-SGD release: the clipped gradient sum plus N(0, std^2) on every learned entry.
 
     The noise is one Gaussian draw over the concatenated (prototypes, Omega) vector (Omega only
@@ -367,6 +372,13 @@ def noisy_gradient_sum(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.ndarr
     g = clipped_gradient_sum(X, y, W, wl, omega, clip, phi=phi, beta=beta, learn_omega=learn_omega)
     k = g.prototypes.size
     with_omega = g.omega is not None and learn_omega
+    if exact:  # public grid + exact rounded-Gaussian noise (std covers the grid's rounding too)
+        flat = np.concatenate([g.prototypes.ravel()] + ([g.omega.ravel()] if with_omega else []))
+        noisy = gaussian(flat, sensitivity=clip, noise_multiplier=std / clip, rng=rng).value
+        g.prototypes[...] = noisy[:k].reshape(g.prototypes.shape)
+        if with_omega:
+            g.omega[...] = noisy[k:].reshape(g.omega.shape)
+        return g
     noise = rng.normal_ziggurat(k + (g.omega.size if with_omega else 0), std)
     g.prototypes += noise[:k].reshape(g.prototypes.shape)
     if with_omega:
@@ -551,14 +563,14 @@ class _DPLVQBase(EstimatorParams, ClassifierScore):
                  init_center: str = "mid", init_clip: float = 0.0,
                  optimizer: str = "sgd", lr: float = 0.05, lr_decay: float = 9.0, prototypes_per_class: int = 1,
                  omega_rank: int = 0, omega_scale: float = 1.0, phi: str = "identity", beta: float = 1.0,
-                 private: bool = True, random_state: int | None = None) -> None:
+                 private: bool = True, exact_noise: bool = False, random_state: int | None = None) -> None:
         self.epsilon, self.delta, self.bounds, self.classes = epsilon, delta, bounds, classes
         self.epochs, self.sampling_rate, self.clip, self.init = epochs, sampling_rate, clip, init
         self.init_fraction, self.count_fraction, self.optimizer, self.lr = init_fraction, count_fraction, optimizer, lr
         self.init_center, self.init_clip = init_center, init_clip
         self.lr_decay, self.prototypes_per_class, self.omega_rank = lr_decay, prototypes_per_class, omega_rank
         self.omega_scale, self.phi, self.beta, self.private = omega_scale, phi, beta, private
-        self.random_state = random_state
+        self.exact_noise, self.random_state = exact_noise, random_state
 
     def fit(self, X: Any, y: Any) -> "_DPLVQBase":
         """Train on (X, y). Private training needs public ``bounds`` and, ideally, public ``classes``."""
@@ -680,6 +692,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beta", type=float, default=1.0, help="slope of the logistic phi")
     p.add_argument("--allow-missing-classes", action="store_true",
                    help="train even if a party lacks a class (else the party refuses, revealing that)")
+    p.add_argument("--exact-noise", action="store_true",
+                   help="DP-SGD noise on a public grid with exact rounded-Gaussian noise (floating-point safe; "
+                        "slower per step for a full Omega). Initialisation noise is always exact")
 
 
 def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -690,7 +705,8 @@ def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
               "init_center": args.init_center, "init_clip": args.init_clip,
               "prototypes_per_class": args.prototypes_per_class, "omega_rank": args.omega_rank,
               "omega_scale": args.omega_scale, "phi": args.phi, "beta": args.beta,
-              "allow_missing_classes": bool(args.allow_missing_classes), "parties": int(getattr(args, "parties", 1))}
+              "allow_missing_classes": bool(args.allow_missing_classes), "parties": int(getattr(args, "parties", 1)),
+              "exact_noise": bool(getattr(args, "exact_noise", False))}
     delta = getattr(args, "delta", None)
     full = prepare_params({**params, "epsilon": args.epsilon, "delta": 1e-5 if delta is None else delta})
     return {k: v for k, v in full.items() if k not in ("epsilon", "delta")}

@@ -102,3 +102,25 @@ def test_noisy_gradient_sum_adds_noise_of_the_stated_std_to_every_entry():
     assert g.omega is None and g.prototypes.shape == (K, d)
     g = noisy_gradient_sum(X, y, W, wl, omega, 0.5, std, SecureRNG.from_seed(1), learn_omega=False)
     assert np.all(g.omega == 0.0)
+
+
+def test_exact_noise_puts_the_release_on_a_grid_with_the_stated_std():
+    """exact=True: the released sum lies on a public grid 2^-k (floating-point safe) and the noise
+    has the stated std (same chi-square bounds as above, false-alarm rate 1e-4)."""
+    rng = np.random.default_rng(0)
+    d, K, r = 30, 4, 30
+    X, y = rng.uniform(-1, 1, (50, d)), rng.integers(0, K, 50)
+    W, omega = rng.normal(0, 0.3, (K, d)), rng.normal(0, 0.2, (r, d))
+    wl = np.arange(K)
+    clean = clipped_gradient_sum(X, y, W, wl, omega, 0.5)
+    std = 0.7
+    noisy = noisy_gradient_sum(X, y, W, wl, omega, 0.5, std, SecureRNG.from_seed("exact"), exact=True)
+    flat = np.concatenate([noisy.prototypes.ravel(), noisy.omega.ravel()])
+    k = next(b for b in range(10, 60) if np.all(np.ldexp(flat, b) == np.round(np.ldexp(flat, b))))
+    assert k < 60 and not np.all(np.ldexp(flat, k - 1) == np.round(np.ldexp(flat, k - 1)))
+    e = np.concatenate([(noisy.prototypes - clean.prototypes).ravel(), (noisy.omega - clean.omega).ravel()])
+    n = e.size
+    lo, hi = stats.chi2.ppf([5e-5, 1 - 5e-5], n) / n
+    assert lo < np.mean(e ** 2) / std ** 2 < hi
+    g = noisy_gradient_sum(X, y, W, wl, omega, 0.5, std, SecureRNG.from_seed(1), learn_omega=False, exact=True)
+    assert np.all(g.omega == 0.0)
