@@ -82,13 +82,19 @@ def test_box_muller_in_place_is_bit_identical_to_the_formula():
         assert np.array_equal(buf.view(np.uint64), want.view(np.uint64))
 
 
-def test_noisy_gradient_sum_adds_noise_of_the_stated_std_to_every_entry():
+def _step_inputs():
+    """A small GMLVQ step (50 records, d = 30, 4 prototypes, 30 x 30 Omega) and its clean clipped sum."""
     rng = np.random.default_rng(0)
     d, K, r = 30, 4, 30
     X, y = rng.uniform(-1, 1, (50, d)), rng.integers(0, K, 50)
     W, omega = rng.normal(0, 0.3, (K, d)), rng.normal(0, 0.2, (r, d))
     wl = np.arange(K)
-    clean = clipped_gradient_sum(X, y, W, wl, omega, 0.5)
+    return X, y, W, wl, omega, clipped_gradient_sum(X, y, W, wl, omega, 0.5)
+
+
+def test_noisy_gradient_sum_adds_noise_of_the_stated_std_to_every_entry():
+    X, y, W, wl, omega, clean = _step_inputs()
+    K, d = W.shape
     std = 0.7
     noisy = noisy_gradient_sum(X, y, W, wl, omega, 0.5, std, SecureRNG.from_seed("step"))
     e = np.concatenate([(noisy.prototypes - clean.prototypes).ravel(), (noisy.omega - clean.omega).ravel()])
@@ -107,12 +113,7 @@ def test_noisy_gradient_sum_adds_noise_of_the_stated_std_to_every_entry():
 def test_exact_noise_puts_the_release_on_a_grid_with_the_stated_std():
     """exact=True: the released sum lies on a public grid 2^-k (floating-point safe) and the noise
     has the stated std (same chi-square bounds as above, false-alarm rate 1e-4)."""
-    rng = np.random.default_rng(0)
-    d, K, r = 30, 4, 30
-    X, y = rng.uniform(-1, 1, (50, d)), rng.integers(0, K, 50)
-    W, omega = rng.normal(0, 0.3, (K, d)), rng.normal(0, 0.2, (r, d))
-    wl = np.arange(K)
-    clean = clipped_gradient_sum(X, y, W, wl, omega, 0.5)
+    X, y, W, wl, omega, clean = _step_inputs()
     std = 0.7
     noisy = noisy_gradient_sum(X, y, W, wl, omega, 0.5, std, SecureRNG.from_seed("exact"), exact=True)
     flat = np.concatenate([noisy.prototypes.ravel(), noisy.omega.ravel()])
