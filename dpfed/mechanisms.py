@@ -329,8 +329,9 @@ def rounded_gaussian(value, *, sensitivity: float, rng: SecureRNG, sigma: float 
 
     Integer in, integer out (no floating-point leak), and a post-processing of the continuous
     Gaussian mechanism (value is an integer, so round(value + sigma Z) = value + round(sigma Z)):
-    ``event = GaussianDpEvent(sigma / sensitivity)`` exactly, with no discretisation factor and
-    no limit on sigma below 2^40. Give ``sigma``, or ``epsilon`` and ``delta``.
+    ``event = GaussianDpEvent(sigma / sensitivity)`` exactly, with no discretisation factor; sigma
+    up to 2^40 (beyond ~2^30 more draws take the slow exact path). Give ``sigma``, or ``epsilon``
+    and ``delta``.
     """
     x = _int_array(value)
     sens = _positive(sensitivity, "sensitivity")
