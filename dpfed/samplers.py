@@ -116,6 +116,27 @@ def _geometric_exp_minus_one(rng: SecureRNG, n: int) -> np.ndarray:
     return v
 
 
+def _float_below(w: np.ndarray, a: np.ndarray, err: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+    """Float filter of [U < a] for U in [w, w+1) / 2^32 (w uint32 or its float64 copy), ``a``
+    known to within ``err``: (surely below, surely not below); neither means undecided.
+    Products by 2^32 are exact, and w + 1 <= 2^32 is an exact float."""
+    wf = np.asarray(w, dtype=np.float64)
+    return wf + 1.0 <= (a - err) * 2.0**32, wf >= (a + err) * 2.0**32
+
+
+def _iv_below(w: int, nu: int, a) -> bool | None:
+    """[U < a] for U in [w, w+1) / 2^nu against the mpmath interval ``a``: True or False when
+    the intervals decide it, None when more bits of U (or a tighter ``a``) are needed."""
+    from mpmath import iv
+
+    u = iv.mpf([w, w + 1]) / iv.mpf(2) ** nu
+    if u.b <= a.a:
+        return True
+    if u.a >= a.b:
+        return False
+    return None
+
+
 def _bernoulli_exp_lazy(q: np.ndarray | None, r: np.ndarray, den: int | np.ndarray,
                         rng: SecureRNG) -> np.ndarray:
     """Exact Bernoulli(exp(-(q + r/den))) for int64 arrays q >= 0 (or None),
@@ -134,9 +155,9 @@ def _bernoulli_exp_lazy(q: np.ndarray | None, r: np.ndarray, den: int | np.ndarr
     if q is not None:
         gamma += q
     a = np.exp(-gamma, out=gamma)
-    w = rng._uint32(n).astype(np.float64)
-    out = w + 1.0 <= (a - 2.0**-46) * 2.0**32   # U < a for every U in [w, w+1) / 2^32
-    undecided = ~out & (w < (a + 2.0**-46) * 2.0**32)
+    w = rng._uint32(n)
+    out, above = _float_below(w, a, 2.0**-46)
+    undecided = ~(out | above)
     for i in np.flatnonzero(undecided):
         d = int(den) if np.ndim(den) == 0 else int(den[i])
         num = (int(q[i]) if q is not None else 0) * d + int(r[i])
@@ -152,12 +173,9 @@ def _uniform_below_exp(w: int, num: int, den: int, rng: SecureRNG) -> bool:
     nu, prec = 32, 96
     while True:
         iv.prec = prec
-        a = iv.exp(-(iv.mpf(num) / iv.mpf(den)))
-        u_lo, u_hi = iv.mpf(w) / iv.mpf(2) ** nu, iv.mpf(w + 1) / iv.mpf(2) ** nu
-        if u_hi.b <= a.a:
-            return True
-        if u_lo.a >= a.b:
-            return False
+        below = _iv_below(w, nu, iv.exp(-(iv.mpf(num) / iv.mpf(den))))
+        if below is not None:
+            return below
         w = (w << 32) | int(rng._uint32(1)[0])
         nu += 32
         prec += 64
@@ -325,9 +343,7 @@ def _dg_float_decide(v: np.ndarray, w: np.ndarray, neg: np.ndarray, t: float, m:
     err_g = err_copy + 2.0**-49 * (m + q + e_copy)
     a = np.exp(-gamma, out=gamma)
     err_a = a * err_g + 2.0**-47
-    wf = w.astype(np.float64)
-    accept = wf + 1.0 <= (a - err_a) * 2.0**32
-    reject = wf >= (a + err_a) * 2.0**32
+    accept, reject = _float_below(w, a, err_a)
     decided = cell_ok & (accept | reject) & ~wide
     return decided, accept & decided, r.astype(np.int64)
 
@@ -350,12 +366,9 @@ def _dg_exact_one(v: int, w: int, neg: bool, t: float, sigma: float, m: float,
             if lo == hi:
                 r = lo
                 gamma = iv.mpf(m) + iv.mpf(r) ** 2 / (2 * iv.mpf(sigma) ** 2) - e
-                a = iv.exp(-gamma)
-                u = iv.mpf([w, w + 1]) / iv.mpf(2) ** nu
-                if u.b <= a.a:
-                    return r
-                if u.a >= a.b:
-                    return None
+                below = _iv_below(w, nu, iv.exp(-gamma))
+                if below is not None:
+                    return r if below else None
         v = (v << 64) | int(rng.uint64(1)[0])
         nv += 64
         if r is not None:  # the cell is known: U is what is undecided (and E, slightly)
@@ -435,9 +448,7 @@ def _rg_float_decide(v: np.ndarray, w: np.ndarray, sigma: float
     a = np.exp(dev, out=dev)
     err_a = 1.34 * err_e
     err_a += 2.0**-45
-    wf = w.astype(np.float64)                  # exact (32-bit)
-    accept = wf + 1.0 <= (a - err_a) * 2.0**32  # products by 2^32 are exact
-    reject = wf >= (a + err_a) * 2.0**32
+    accept, reject = _float_below(w, a, err_a)
     round_ok, r = _round_scaled(ef, err_e, sigma)
     decided = reject | (accept & round_ok)
     decided &= ~wide
@@ -457,12 +468,11 @@ def _rg_interval_decide(v: int, nv: int, w: int, nu: int, sigma: float, prec: in
         return "more", 0
     e = -iv.log(iv.mpf([v, v + 1]) / iv.mpf(2) ** nv)
     if not accepted:
-        a = iv.exp(-((e - 1) ** 2) / 2)
-        u = iv.mpf([w, w + 1]) / iv.mpf(2) ** nu
-        if u.a >= a.b:
-            return "reject", 0
-        if not u.b <= a.a:
+        below = _iv_below(w, nu, iv.exp(-((e - 1) ** 2) / 2))
+        if below is None:
             return "more", 0
+        if not below:
+            return "reject", 0
     y = e * iv.mpf(sigma) + iv.mpf(0.5)
     lo, hi = _mp_floor(y.a), _mp_floor(y.b)
     return ("accept", lo) if lo == hi else ("accept?", 0)
