@@ -26,9 +26,9 @@ from pathlib import Path
 
 import dp_accounting as dpa
 
-from dpfed import accounting as A
+from dpfed.core import accounting as A
 from dpfed.cli import main as cli_main
-from dpfed.ledger import BudgetLedger
+from dpfed.core.ledger import BudgetLedger
 
 Q, T, DELTA, SIGMA, TARGET = 0.01, 5000, 1e-5, 1.5, 2.17
 
@@ -157,7 +157,7 @@ def ledger_rows(n: int = 120) -> list[str]:
 
 def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    header = [f"# Accounting benchmark", "",
+    header = ["# Accounting benchmark", "",
               f"`python bench/bench_accounting.py` on {platform.machine()}, {os.cpu_count()} cores, "
               f"Python {platform.python_version()}, dp-accounting {importlib.metadata.version('dp-accounting')}, "
               f"PLD grid {A.PLD_VALUE_DISCRETIZATION:g}; load average at start {load:.2f} "

@@ -32,10 +32,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dpfed.datasets import load_dataset, make_blobs, split_parties  # noqa: E402
-from dpfed.federated import JobSpec  # noqa: E402
-from dpfed.kmeans import inertia, nonprivate_inertia, numeric_part  # noqa: E402
-from dpfed.schema import Schema  # noqa: E402
+from dpfed.data.datasets import load_dataset, make_blobs, split_parties  # noqa: E402
+from dpfed.algorithms.contract import JobSpec  # noqa: E402
+from dpfed.algorithms.kmeans import inertia, nonprivate_inertia, numeric_part  # noqa: E402
+from dpfed.data.schema import Schema  # noqa: E402
 from dpfed.simulation import run_inprocess  # noqa: E402
 
 warnings.filterwarnings("ignore", message="SecureRNG seeded explicitly")
@@ -159,7 +159,7 @@ def plot(rows: list[dict], ref: dict[str, dict], path: Path) -> None:
 def speed(n: int = 1_000_000, d: int = 10, k: int = 5, eps: float = 1.0) -> str:
     """Time one DPKMeans fit (one party) on blobs n x d: the data-free budget calibration
     (make_plan, cached per job parameters) apart from the fit itself; CPU and wall seconds."""
-    from dpfed.kmeans import DPKMeans, make_plan
+    from dpfed.algorithms.kmeans import DPKMeans, make_plan
 
     X, _, _ = make_blobs(n, d, k, seed=0)
     lines = ["| method | n | d | k | calibration CPU s | fit CPU s | fit wall s | blocks |",

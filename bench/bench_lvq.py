@@ -31,10 +31,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from dpfed.datasets import kfold_indices, load_dataset, split_parties  # noqa: E402
-from dpfed.federated import JobSpec  # noqa: E402
-from dpfed.lvq import DEFAULTS, evaluate, prepare_params, run_local  # noqa: E402
-from dpfed.rng import ReproducibleSeedWarning, SecureRNG  # noqa: E402
+from dpfed.data.datasets import kfold_indices, load_dataset, split_parties  # noqa: E402
+from dpfed.algorithms.contract import JobSpec  # noqa: E402
+from dpfed.algorithms.lvq import DEFAULTS, evaluate, prepare_params, run_local  # noqa: E402
+from dpfed.core.rng import ReproducibleSeedWarning, SecureRNG  # noqa: E402
 from dpfed.simulation import run_inprocess  # noqa: E402
 
 warnings.simplefilter("ignore", ReproducibleSeedWarning)
@@ -308,7 +308,7 @@ def report() -> None:
     grpc = RESULTS / "lvq_grpc_mnist.json"
     if grpc.exists():
         g = json.loads(grpc.read_text())
-        lines += ["## One full 5-party job over gRPC with mutual TLS (coordinator.simulate.run_grpc_simulation)", "",
+        lines += ["## One full 5-party job over gRPC with mutual TLS (dpfed.simulation.grpc_local.run_grpc_simulation)", "",
                   f"{g['algorithm']} on {g['dataset']}, {g['parties']} parties, local noise, epsilon 1.5, "
                   f"{g['rounds']} rounds: wall {g['wall_seconds']:.0f} s (machine load ~10 on 2 cores), "
                   f"test error {g['test_error']:.3f}.", ""]
@@ -349,12 +349,12 @@ def speed(args: argparse.Namespace) -> None:
     """DP-SGD samples/s per core for GMLVQ on MNIST (d=784, 10 prototypes, full Omega), DP step vs non-private.
 
     Each repeat times the non-private batch gradient, the clipped sum alone and the full DP release
-    (:func:`dpfed.lvq.noisy_gradient_sum`, the party's code: clipped sum + SecureRNG noise) back to back
+    (:func:`dpfed.algorithms.lvq.noisy_gradient_sum`, the party's code: clipped sum + SecureRNG noise) back to back
     on the same batch, so a load change hits all three; the table gives medians over the repeats and
     the median of the per-repeat ratios.
     """
-    from dpfed.lvq import noisy_gradient_sum
-    from dpfed.lvq_model import clipped_gradient_sum, rescale
+    from dpfed.algorithms.lvq import noisy_gradient_sum
+    from dpfed.algorithms.lvq_model import clipped_gradient_sum, rescale
 
     ds = load_dataset("mnist")
     rng = np.random.default_rng(0)
@@ -415,7 +415,7 @@ def speed(args: argparse.Namespace) -> None:
 
 def grpc_run(args: argparse.Namespace) -> None:
     """Wall time of one full 5-party MNIST GLVQ job over gRPC + mutual TLS (fold 1, epsilon 1.5, local)."""
-    from coordinator.simulate import run_grpc_simulation
+    from dpfed.simulation.grpc_local import run_grpc_simulation
 
     ds = load_dataset("mnist")
     tr, te = folds("mnist", len(ds.X))[0]

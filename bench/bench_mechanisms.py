@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from dpfed.mechanisms import (
+from dpfed.core.mechanisms import (
     discrete_gaussian,
     discrete_laplace,
     exponential,
@@ -29,7 +29,7 @@ from dpfed.mechanisms import (
     randomized_response,
     rounded_gaussian,
 )
-from dpfed.rng import SecureRNG
+from dpfed.core.rng import SecureRNG
 
 RESULTS = Path(__file__).resolve().parent / "results" / "mechanisms.md"
 

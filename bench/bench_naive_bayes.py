@@ -31,11 +31,11 @@ import numpy as np
 
 warnings.simplefilter("ignore")  # seeded SecureRNGs warn by design; this is a simulation
 
-from dpfed.datasets import load_dataset, split_parties  # noqa: E402
-from dpfed.federated import JobSpec, Task  # noqa: E402
-from dpfed.naive_bayes import NaiveBayesParty, evaluate, plan_release  # noqa: E402
-from dpfed.rng import SecureRNG  # noqa: E402
-from dpfed.schema import Schema  # noqa: E402
+from dpfed.data.datasets import load_dataset, split_parties  # noqa: E402
+from dpfed.algorithms.contract import JobSpec, Task  # noqa: E402
+from dpfed.algorithms.naive_bayes import NaiveBayesParty, evaluate, plan_release  # noqa: E402
+from dpfed.core.rng import SecureRNG  # noqa: E402
+from dpfed.data.schema import Schema  # noqa: E402
 from dpfed.simulation import run_inprocess  # noqa: E402
 
 EPSILONS = (0.1, 0.5, 1.0, 2.0)

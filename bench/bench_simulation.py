@@ -24,10 +24,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the noisy-mean plugin lives beside the tests
 
-from coordinator.simulate import run_grpc_simulation  # noqa: E402
-from dpfed.datasets import load_dataset, split_parties  # noqa: E402
-from dpfed.federated import JobSpec  # noqa: E402
-from dpfed.schema import Schema  # noqa: E402
+from dpfed.simulation.grpc_local import run_grpc_simulation  # noqa: E402
+from dpfed.data.datasets import load_dataset, split_parties  # noqa: E402
+from dpfed.algorithms.contract import JobSpec  # noqa: E402
+from dpfed.data.schema import Schema  # noqa: E402
 
 PLUGINS = ("net_noisy_mean",)
 
@@ -54,7 +54,7 @@ def bench_wall(parties: int, seed: int) -> list[tuple[str, str]]:
         from dpfed.algorithms import get_algorithm
 
         algo = get_algorithm("naive-bayes")
-        import dpfed.mechanisms  # noqa: F401  (naive Bayes needs it to answer)
+        import dpfed.core.mechanisms  # noqa: F401  (naive Bayes needs it to answer)
         spec = JobSpec("bench-nb", "naive-bayes", {"epsilon": 1.0, "delta": algo.default_delta}, ds.schema)
         label, plugins = "naive-bayes, adult", ()
     except ImportError:
@@ -70,7 +70,7 @@ def bench_wall(parties: int, seed: int) -> list[tuple[str, str]]:
 
         t0 = time.perf_counter()
         run_inprocess(spec, data, seed=seed)
-        rows.append((f"same job in one process (dpfed.simulation.run_inprocess)", f"{time.perf_counter() - t0:.2f} s"))
+        rows.append(("same job in one process (dpfed.simulation.run_inprocess)", f"{time.perf_counter() - t0:.2f} s"))
     rows.append(("epsilon spent (max over parties)", f"{res.epsilon_spent:.4f}"))
     return rows
 

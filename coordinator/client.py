@@ -13,6 +13,8 @@ the same path with ``.key`` and ``ca`` to ``ca.crt`` beside it.
 """
 from __future__ import annotations
 
+from dpfed.core.errors import DpfedError
+
 import json
 import os
 from pathlib import Path
@@ -21,16 +23,16 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import grpc
 import numpy as np
 
-from dpfed.schema import Schema
+from dpfed.data.schema import Schema
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
 from protos.codec import DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION, ArrayAssembler, channel_options
-from protos.security import TlsFiles, channel_credentials, warn_insecure
+from dpfed.federation.tls import TlsFiles, channel_credentials, warn_insecure
 
 __all__ = ["AdminClient", "JobError", "tls_files"]
 
 
-class JobError(RuntimeError):
+class JobError(DpfedError, RuntimeError):
     """A job ended in a state other than ``done``; ``record`` holds its final record."""
 
     def __init__(self, record: Mapping[str, Any]) -> None:

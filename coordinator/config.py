@@ -19,45 +19,14 @@ Example (relative paths are relative to the config file)::
 from __future__ import annotations
 
 import os
-try:  # Python >= 3.11
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser from PyPI
-    import tomli as tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from protos.codec import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MESSAGE_BYTES
-from protos.security import TlsFiles
+from dpfed.federation.config import ConfigError, read_toml, tls_from
+from dpfed.federation.tls import TlsFiles
 
 __all__ = ["CoordinatorConfig", "ConfigError", "read_toml", "tls_from"]
-
-
-class ConfigError(ValueError):
-    """A configuration file is missing, malformed or inconsistent."""
-
-
-def read_toml(path: str | os.PathLike) -> tuple[dict[str, Any], Path]:
-    """Parse a TOML file; return (table, directory used to resolve relative paths)."""
-    p = Path(path)
-    try:
-        with open(p, "rb") as fh:
-            return tomllib.load(fh), p.resolve().parent
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {p}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
-
-
-def tls_from(table: dict[str, Any], base: Path, where: str) -> TlsFiles:
-    """The ``[tls]`` table (ca, cert, key) with paths resolved against ``base``."""
-    tls = table.get("tls")
-    if not isinstance(tls, dict):
-        raise ConfigError(f"{where}: a [tls] table with ca, cert and key is required (or insecure = true)")
-    missing = [k for k in ("ca", "cert", "key") if not isinstance(tls.get(k), str)]
-    if missing:
-        raise ConfigError(f"{where}: [tls] is missing {', '.join(missing)}")
-    return TlsFiles(*(base / tls[k] for k in ("ca", "cert", "key")))
 
 
 @dataclass(frozen=True)

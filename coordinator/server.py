@@ -3,9 +3,10 @@
 Parties dial in, register under the name in their certificate, and keep one task stream open.
 Jobs run one at a time (:meth:`Coordinator._run_job`): every chosen party is offered the job spec
 and accepts only after charging its own ledger (or refuses with a reason, shown to the operator);
-then the algorithm's coordinator half issues tasks, each broadcast to all parties on their
-streams, and absorbs the answers once all have arrived (no polling: a condition variable wakes
-the runner on every result).
+then the one driver loop (:func:`dpfed.algorithms.driver.drive`) runs the algorithm's coordinator
+half: each task is broadcast to all parties on their streams, and once all answers have arrived
+(no polling: a condition variable wakes the runner on every result) they are merged by the
+algorithm's ``combine`` and absorbed.
 
 Checks on every party message: protocol version, a session issued to this certificate's name,
 the active job id, the current round and task id, one result per party per task (a replayed,
@@ -38,14 +39,15 @@ import numpy as np
 
 from coordinator.config import CoordinatorConfig
 from coordinator.state import JobRecord, StateStore
-from dpfed.federated import JobSpec, Task
-from dpfed.schema import Schema
+from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
+from dpfed.algorithms.driver import drive
+from dpfed.data.schema import Schema
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
 from protos.codec import (PROTOCOL_VERSION, ArrayAssembler, ProtocolError, channel_options, chunk_groups,
                           encode_arrays)
-from protos.plugins import load_algorithm
-from protos.security import peer_identity, server_credentials, warn_insecure
+from dpfed.federation.plugins import load_algorithm
+from dpfed.federation.tls import peer_identity, server_credentials, warn_insecure
 
 __all__ = ["Coordinator", "serve"]
 
@@ -147,7 +149,7 @@ class Coordinator:
             raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
                          f"protocol version {req.version} not supported (this coordinator speaks {PROTOCOL_VERSION})")
         cert_name = self._identify(context, "party")
-        from coordinator.certs import valid_name
+        from dpfed.federation.certs import valid_name
 
         if not valid_name(req.party):
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "party name must be 1-64 letters, digits, '.', '_', '-'")
@@ -335,7 +337,7 @@ class Coordinator:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         params.setdefault("delta", algo.default_delta)
         job_id = req.job_id or f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        from coordinator.certs import valid_name
+        from dpfed.federation.certs import valid_name
 
         if not valid_name(job_id):
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "job id must be 1-64 letters, digits, '.', '_', '-'")
@@ -508,21 +510,27 @@ class Coordinator:
             self.store.save_job(rec)
             self._changed()
         last_save = time.monotonic()
+
+        def gather(task: Task) -> list[Aggregate]:
+            self._broadcast(act, task)
+            self._wait(act, lambda: len(act.answers) == len(parties), cfg.task_timeout,
+                       f"results of round {task.round}")
+            with self._cond:
+                answers, act.answers = act.answers, {}
+            return [Aggregate(a, (name,)) for name, a in sorted(answers.items())]
+
+        def on_round(task: Task, c: CoordinatorAlgorithm) -> None:
+            nonlocal last_save
+            with self._cond:
+                rec.rounds += 1
+                rec.progress = float(c.progress)
+                if time.monotonic() - last_save > 2.0:
+                    self.store.save_job(rec)
+                    last_save = time.monotonic()
+                self._changed()
+
         try:
-            while (task := coord.next_task()) is not None:
-                self._broadcast(act, task)
-                self._wait(act, lambda: len(act.answers) == len(parties), cfg.task_timeout,
-                           f"results of round {task.round}")
-                with self._cond:
-                    answers, act.answers = act.answers, {}
-                coord.absorb(task, answers)
-                with self._cond:
-                    rec.rounds += 1
-                    rec.progress = float(coord.progress)
-                    if time.monotonic() - last_save > 2.0:
-                        self.store.save_job(rec)
-                        last_save = time.monotonic()
-                    self._changed()
+            drive(coord, gather, algo.combine, on_round=on_round)
         except _JobFailed as exc:
             self._finish(rec, "cancelled" if rec.job_id in self._cancel else "failed", str(exc))
             return

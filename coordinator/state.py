@@ -26,8 +26,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from dpfed.accounting import event_from_json
-from dpfed.ledger import BudgetLedger
+from dpfed.core.accounting import event_from_json
+from dpfed.core.ledger import BudgetLedger
 
 __all__ = ["JobRecord", "StateStore", "TERMINAL_STATES"]
 

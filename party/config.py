@@ -40,7 +40,7 @@ Example (relative paths are relative to the config file)::
     categories = 9
 
 Instead of ``[schema]`` a file may be named: ``schema_file = "schema.json"`` (the JSON form of
-:meth:`dpfed.schema.Schema.to_dict`).
+:meth:`dpfed.data.schema.Schema.to_dict`).
 """
 from __future__ import annotations
 
@@ -49,10 +49,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coordinator.config import ConfigError, read_toml, tls_from
-from dpfed.schema import Schema
+from dpfed.federation.config import ConfigError, read_toml, tls_from
+from dpfed.data.schema import Schema
 from protos.codec import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MESSAGE_BYTES
-from protos.security import TlsFiles
+from dpfed.federation.tls import TlsFiles
 
 __all__ = ["PartyConfig", "ConfigError"]
 
@@ -82,7 +82,7 @@ class PartyConfig:
     simulation: bool = False          # accept jobs that need secure aggregation (simulations only)
 
     def __post_init__(self) -> None:
-        from coordinator.certs import valid_name
+        from dpfed.federation.certs import valid_name
 
         if not valid_name(self.name):
             raise ConfigError(f"party name {self.name!r}: use 1-64 letters, digits, '.', '_' or '-'")

@@ -1,13 +1,11 @@
 """The party daemon: holds one owner's records and ledger, decides and answers the coordinator's jobs.
 
 It dials out to the coordinator (no inbound port), registers under its certificate's name and
-keeps one task stream open, reconnecting after failures. For every job offer it decides alone:
-it computes the job's whole spend from the public spec (``PartyAlgorithm.job_event``), charges its
-ledger durably under charge id ``JOB:plan`` (idempotent: a repeated offer is never charged
-twice), and only then accepts; a spend over its limit, an unknown algorithm or a schema other
-than its own is refused with a reason the coordinator shows the operator. Each task is checked
-against the charged plan (``check_task``) before the answer is computed and streamed back.
-Error messages sent out carry public facts only (never data values): for a failure while
+keeps one task stream open, reconnecting after failures. Every offer and task goes through the
+party session (:mod:`dpfed.federation.session`): the job's whole spend is computed from the
+public spec and charged durably before anything leaves, refusals carry a reason the coordinator
+shows the operator, every task is checked against the charged plan and each round is answered
+once. Error messages sent out carry public facts only (never data values): for a failure while
 computing an answer only the exception type leaves the party; details go to its local log.
 
 Run: ``dpfed party serve --config party.toml`` or ``python -m party.daemon --config party.toml``.
@@ -23,24 +21,21 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Iterator
 
 import grpc
 import numpy as np
 
-from dpfed.accounting import event_to_json
 from dpfed.algorithms import algorithm_names
-from dpfed.federated import JobSpec, PartyAlgorithm, Task, TaskRejected
-from dpfed.ledger import BudgetExceededError, BudgetLedger
-from dpfed.rng import SecureRNG
+from dpfed.algorithms.contract import Task
+from dpfed.core.ledger import BudgetLedger
+from dpfed.federation.session import PartyContext, PartySession, TaskError, decide
 from party.config import ConfigError, PartyConfig
-from party.data import load_and_validate
+from dpfed.data.files import load_and_validate
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
 from protos.codec import PROTOCOL_VERSION, ArrayAssembler, ProtocolError, channel_options, chunk_groups, encode_arrays
-from protos.plugins import load_algorithm
-from protos.security import channel_credentials, warn_insecure
+from dpfed.federation.tls import channel_credentials, warn_insecure
 
 __all__ = ["PartyDaemon", "main"]
 
@@ -58,13 +53,6 @@ class _Refused(Exception):
         self.error = error
 
 
-@dataclass
-class _Job:
-    spec: JobSpec
-    half: PartyAlgorithm
-    rng: SecureRNG
-
-
 class PartyDaemon:
     """One party. ``run()`` blocks until ``stop()``; data must already be validated."""
 
@@ -73,7 +61,9 @@ class PartyDaemon:
         self.X, self.y = X, y
         self.ledger = BudgetLedger(config.ledger, epsilon_limit=config.epsilon_limit,
                                    delta_limit=config.delta_limit, accountant=config.accountant)
-        self._jobs: dict[str, _Job] = {}
+        self.party = PartyContext(config.name, X, y, config.schema, self.ledger, plugins=config.plugins,
+                                  secure_aggregation=config.simulation, seed=config.seed)
+        self._jobs: dict[str, PartySession] = {}
         self._stop = threading.Event()
         self._channel: grpc.Channel | None = None
         self._call = None
@@ -182,54 +172,14 @@ class PartyDaemon:
                 del parts[msg.task_id]
                 self._on_task(stub, session, head[0], head[1], error)
 
-    # ------------------------------------------------------------------ decisions
-    def _decide(self, spec_json: str) -> tuple[pb.JobResponse, _Job | None]:
-        """Charge the job's whole spend, or give the reason to refuse it."""
-        cfg = self.config
-        try:
-            spec = JobSpec.from_json(spec_json)
-        except (ValueError, KeyError, TypeError) as exc:
-            return pb.JobResponse(accept=False, reason=f"malformed job spec: {exc}"), None
-        ids = dict(job_id=spec.job_id)
-        if spec.schema.to_dict() != cfg.schema.to_dict():
-            return pb.JobResponse(**ids, accept=False, reason="the job's schema differs from this party's declared "
-                                  "schema"), None
-        try:
-            algo = load_algorithm(spec.algorithm, cfg.plugins)
-        except (ValueError, ImportError, KeyError) as exc:
-            return pb.JobResponse(**ids, accept=False, reason=f"unknown algorithm: {exc}"), None
-        if algo.needs_labels and self.y is None:
-            return pb.JobResponse(**ids, accept=False, reason=f"{spec.algorithm} needs labels; this party has none"), None
-        half = algo.party()
-        if half.needs_secure_aggregation(spec) and not cfg.simulation:
-            return pb.JobResponse(**ids, accept=False, reason=(
-                "this job is private against the coordinator only under secure aggregation (e.g. distributed "
-                "noise), which dpfed does not implement; the party accepts it only in simulations")), None
-        try:
-            event = half.job_event(spec)
-        except (TaskRejected, ValueError, TypeError, KeyError) as exc:
-            return pb.JobResponse(**ids, accept=False, reason=f"bad job parameters: {exc}"), None
-        try:  # durable before anything of this job leaves the party
-            total = self.ledger.charge(spec.job_id, event, charge_id=f"{spec.job_id}:plan")
-        except BudgetExceededError as exc:
-            log.warning("job %s refused: %s", spec.job_id, exc)
-            return pb.JobResponse(**ids, accept=False, reason=str(exc)), None
-        except ValueError as exc:  # the charge id was used for another event
-            return pb.JobResponse(**ids, accept=False, reason=f"ledger refused the charge: {exc}"), None
-        rng = (SecureRNG.from_seed(f"{cfg.seed}:{spec.job_id}:{cfg.name}") if cfg.seed is not None else SecureRNG())
-        log.info("job %s accepted (%s); ledger total epsilon %.6g of %.6g", spec.job_id, spec.algorithm, total,
-                 cfg.epsilon_limit)
-        resp = pb.JobResponse(**ids, accept=True, event_json=event_to_json(event),
-                              epsilon_job=self.ledger.spent(spec.job_id), epsilon_total=total)
-        return resp, _Job(spec, half, rng)
-
+    # ------------------------------------------------------------------ decisions (all in the session)
     def _on_offer(self, stub: pbg.PartyStub, session: str, msg: pb.CoordinatorMessage) -> None:
-        resp, job = self._decide(msg.offer.spec_json)
-        if job is not None:
-            self._jobs[job.spec.job_id] = job
-        resp.version, resp.session, resp.round, resp.task_id = PROTOCOL_VERSION, session, -1, ""
-        if not resp.job_id:
-            resp.job_id = msg.job_id
+        d = decide(self.party, msg.offer.spec_json)
+        if d.session is not None:
+            self._jobs[d.job_id] = d.session
+        resp = pb.JobResponse(version=PROTOCOL_VERSION, session=session, job_id=d.job_id or msg.job_id, round=-1,
+                              task_id="", accept=d.accept, reason=d.reason, event_json=d.event_json,
+                              epsilon_job=d.epsilon_job, epsilon_total=d.epsilon_total)
         stub.RespondJob(resp, timeout=60)
 
     def _on_task(self, stub: pbg.PartyStub, session: str, head: pb.CoordinatorMessage, asm: ArrayAssembler,
@@ -244,15 +194,13 @@ class PartyDaemon:
             try:
                 params = json.loads(head.task.params_json or "{}")
                 task = Task(head.job_id, int(head.round), head.task.kind, params, asm.finish())
-                job.half.check_task(job.spec, task)
-            except (TaskRejected, ProtocolError, ValueError) as exc:
+            except (ProtocolError, ValueError, TypeError) as exc:
                 error = f"task rejected: {exc}"
         if not error:
             try:
-                answer = job.half.answer(job.spec, task, self.X, self.y, job.rng)
-            except Exception as exc:  # the message may hold data: only its type leaves the party
-                log.exception("job %s round %d: answer failed", head.job_id, head.round)
-                error = f"the party failed to compute its answer ({type(exc).__name__}; see the party's log)"
+                answer = job.answer(task)
+            except TaskError as exc:
+                error = str(exc)
         stub.SubmitResult(self._result_parts(ids, answer, error), timeout=3600)
 
     def _result_parts(self, ids: dict, answer: dict[str, np.ndarray], error: str) -> Iterator[pb.ResultPart]:
@@ -281,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
 def serve_from_config(path: str, log_level: str = "INFO", insecure: bool = False) -> int:
     """Load ``party.toml``, validate the data, serve until SIGTERM/SIGINT; return an exit code."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from dpfed.schema import DataValidationError
+    from dpfed.data.schema import DataValidationError
 
     try:
         cfg = PartyConfig.load(path)

@@ -7,6 +7,8 @@ rebuilds the arrays, raising :class:`ProtocolError` with a clear reason on anyth
 """
 from __future__ import annotations
 
+from dpfed.core.errors import DpfedError
+
 import math
 from typing import Iterable, Iterator, Mapping
 
@@ -25,7 +27,7 @@ DEFAULT_MAX_ARRAY_BYTES = 1024 * 1024 * 1024     # cap on one task/result/model 
 _KINDS = {"b", "i", "u", "f", "U"}               # bool, ints, floats, fixed-width unicode
 
 
-class ProtocolError(ValueError):
+class ProtocolError(DpfedError, ValueError):
     """A message breaks the protocol (bad version, ids, chunks, dtypes, sizes)."""
 
 

@@ -12,14 +12,15 @@ Registered through the daemons' ``plugins`` setting (``plugins = ["net_noisy_mea
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 from dp_accounting import LaplaceDpEvent, SelfComposedDpEvent
 
-from dpfed.federated import Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
-from dpfed.rng import SecureRNG
-from dpfed.schema import Schema
+from dpfed.algorithms.contract import (Aggregate, Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task,
+                                       TaskRejected)
+from dpfed.core.rng import SecureRNG
+from dpfed.data.schema import Schema
 
 NAME = "noisy-mean"
 
@@ -79,13 +80,13 @@ class NoisyMeanCoordinator(CoordinatorAlgorithm):
         return Task(self.spec.job_id, self.done, "sum", {"width": self.width},
                     {"model": np.full(self.broadcast, float(self.done))})
 
-    def absorb(self, task: Task, answers: Mapping[str, Answer]) -> None:
-        if sorted(answers) != sorted(self.parties):
+    def absorb(self, task: Task, combined: Aggregate) -> None:
+        if sorted(combined.parties) != sorted(self.parties):
             raise ValueError("answers from the wrong set of parties")
-        for name, a in answers.items():
-            if a.get("sum") is None or a["sum"].shape != (1 + self.width,):
-                raise ValueError(f"party {name!r} sent an answer of the wrong shape")
-        self.total = self.total + sum(a["sum"] for a in answers.values())
+        total = combined.arrays.get("sum")
+        if total is None or total.shape != (1 + self.width,):
+            raise ValueError("answers of the wrong shape")
+        self.total = self.total + total
         self.done += 1
 
     @property

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
-from dpfed import accounting as A
+from dpfed.core import accounting as A
 
 
 # ----------------------------------------------------------------- anchors / dp-accounting

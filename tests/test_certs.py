@@ -7,7 +7,7 @@ import stat
 import pytest
 from cryptography import x509
 
-from coordinator import certs
+from dpfed.federation import certs
 from dpfed.cli import main
 
 

@@ -11,7 +11,7 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from dpfed import accounting as A
+from dpfed.core import accounting as A
 from dpfed.cli import main
 
 KEYS = {"epsilon", "noise_multiplier", "delta", "sampling_rate", "steps", "accountant"}

@@ -30,12 +30,12 @@ def test_manifests_parse(path):
 
 
 def test_k8s_configmaps_hold_valid_configs(tmp_path):
-    from dpfed.schema import Schema
+    from dpfed.data.schema import Schema
 
     docs = list(yaml.safe_load_all((DEPLOY / "k8s/party.yaml").read_text()))
     cm = next(d for d in docs if d and d["kind"] == "ConfigMap")
     assert Schema.from_json(cm["data"]["schema.json"]).n_features == 2
-    from coordinator.config import tomllib
+    from dpfed.federation.config import tomllib
 
     assert tomllib.loads(cm["data"]["party.toml"])["ledger"].startswith("/state")
 
@@ -87,7 +87,7 @@ def test_compose_demo_configs_run_a_job(tmp_path, capsys):
         assert main(["model", "get", "demo", "-o", str(tmp_path / "model.npz"), *conn]) == 0
         capsys.readouterr()
         from dpfed.algorithms import get_algorithm
-        from dpfed.datasets import load_dataset
+        from dpfed.data.datasets import load_dataset
 
         ds = load_dataset("adult")
         with np.load(tmp_path / "model.npz") as z:

@@ -25,10 +25,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpfed import accounting
-from dpfed.mechanisms import (discrete_gaussian, discrete_laplace, exponential, gaussian, laplace,
+from dpfed.core import accounting
+from dpfed.core.mechanisms import (discrete_gaussian, discrete_laplace, exponential, gaussian, laplace,
                               randomized_response, rounded_gaussian)
-from dpfed.rng import SecureRNG
+from dpfed.core.rng import SecureRNG
 
 ALPHA = 1e-3
 N = 200_000

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
-from dpfed.kmeans import DPKMeans
-from dpfed.lvq import DPGLVQ, DPGMLVQ
-from dpfed.naive_bayes import DPNaiveBayes
+from dpfed.algorithms.kmeans import DPKMeans
+from dpfed.algorithms.lvq import DPGLVQ, DPGMLVQ
+from dpfed.algorithms.naive_bayes import DPNaiveBayes
 
 
 @pytest.mark.parametrize("cls", [DPNaiveBayes, DPKMeans, DPGLVQ, DPGMLVQ])
@@ -25,7 +25,7 @@ def test_get_set_params_and_clone(cls):
 
 
 def test_classifier_score_is_accuracy():
-    from dpfed.datasets import load_dataset
+    from dpfed.data.datasets import load_dataset
 
     ds = load_dataset("nursery")
     clf = DPNaiveBayes(epsilon=5.0, schema=ds.schema, random_state=0).fit(ds.X_train, ds.y_train)
@@ -38,13 +38,13 @@ def test_runtime_needs_no_test_extras():
         "import sys\n"
         "for m in ('sklearn', 'diffprivlib', 'matplotlib', 'pytest', 'hypothesis'):\n"
         "    sys.modules[m] = None  # importing it now raises ImportError\n"
-        "import dpfed.naive_bayes, dpfed.lvq, dpfed.kmeans, dpfed.mechanisms, dpfed.ledger\n"
-        "import coordinator.server, coordinator.simulate, party.daemon\n"
+        "import dpfed.algorithms.naive_bayes, dpfed.algorithms.lvq, dpfed.algorithms.kmeans, dpfed.core.mechanisms, dpfed.core.ledger\n"
+        "import coordinator.server, dpfed.simulation.grpc_local, party.daemon\n"
         "from dpfed.cli import main\n"
         "assert main(['privacy', 'epsilon', '--noise-multiplier', '2', '--sampling-rate', '0.01',"
         " '--steps', '100', '--delta', '1e-5']) == 0\n"
-        "from dpfed.datasets import load_dataset\n"
-        "from dpfed.kmeans import evaluate\n"
+        "from dpfed.data.datasets import load_dataset\n"
+        "from dpfed.algorithms.kmeans import evaluate\n"
         "import numpy as np\n"
         "ds = load_dataset('blobs:n=600,d=2,k=3,seed=0')\n"
         "print(evaluate({'cluster_centers': np.zeros((3, 2))}, ds.X, None, ds.schema)['nonprivate_impl'])\n"

@@ -9,7 +9,7 @@ It guesses the unique reachable candidate, or flips a coin.
 
 * Against the naive release its success rate is ~0.90, far above the e^eps/(1+e^eps) = 0.73 that
   any eps=1-DP mechanism allows: the naive release is not DP.
-* Against dpfed.mechanisms.laplace every output is an integer multiple of the public grid 2^-k
+* Against dpfed.core.mechanisms.laplace every output is an integer multiple of the public grid 2^-k
   reachable from both counts (discrete Laplace noise has full support on the integers), so the
   attack degrades to a coin flip (~0.5).
 Thresholds are >= 8 binomial standard errors from the expected rates (false alarm < 1e-12).
@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 
-from dpfed.mechanisms import laplace
-from dpfed.rng import SecureRNG
+from dpfed.core.mechanisms import laplace
+from dpfed.core.rng import SecureRNG
 
 EPS = 1.0
 SCALE = 1.0  # sensitivity 1 / epsilon 1

@@ -12,12 +12,12 @@ import warnings
 import numpy as np
 import pytest
 
-from dpfed import accounting
-from dpfed.datasets import make_blobs
-from dpfed.federated import JobSpec, TaskRejected
-from dpfed.kmeans import (ALGORITHMS, DPKMeans, align_blocks, canonical_order, evaluate, inertia, kmeans,
+from dpfed.core import accounting
+from dpfed.data.datasets import make_blobs
+from dpfed.algorithms.contract import JobSpec, TaskRejected
+from dpfed.algorithms.kmeans import (ALGORITHMS, DPKMeans, align_blocks, canonical_order, evaluate, inertia, kmeans,
                           make_plan, merge_centers, plan_event, public_anchors)
-from dpfed.schema import DataValidationError, Schema
+from dpfed.data.schema import DataValidationError, Schema
 from dpfed.simulation import run_inprocess
 
 warnings.filterwarnings("ignore", message="SecureRNG seeded explicitly")
@@ -126,7 +126,7 @@ def test_merge_centers_weights_by_size() -> None:
 
 
 def test_evaluate_uses_only_numeric_columns() -> None:
-    from dpfed.schema import Feature
+    from dpfed.data.schema import Feature
 
     schema = Schema((Feature("c", "categorical", categories=3), Feature("x", "numeric", lower=0, upper=1)))
     X = np.array([[0, 0.1], [2, 0.9], [1, 0.1], [0, 0.9]])

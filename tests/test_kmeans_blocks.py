@@ -1,6 +1,6 @@
 """The batched per-block k-means of sample-and-aggregate equals ordinary per-block k-means.
 
-:func:`dpfed.kmeans.block_kmeans` (3-d batches, chunks, converged blocks dropped) against the
+:func:`dpfed.algorithms.kmeans.block_kmeans` (3-d batches, chunks, converged blocks dropped) against the
 plain per-block path (:func:`kmeans_plusplus` then :func:`lloyd` on each block in turn, drawing
 from the same generator) and against scikit-learn's Lloyd from the same initial centers.
 Deterministic (fixed seeds, no privacy noise): false-alarm rate 0. Budget: < 5 s on one core.
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from sklearn.cluster import KMeans
 
-from dpfed.kmeans import block_kmeans, kmeans_plusplus, lloyd
-from dpfed.sample_aggregate import assign_blocks
+from dpfed.algorithms.kmeans import block_kmeans, kmeans_plusplus, lloyd
+from dpfed.algorithms.sample_aggregate import assign_blocks
 
 
 def _data(n: int = 3000, d: int = 7, k: int = 4, seed: int = 0) -> np.ndarray:

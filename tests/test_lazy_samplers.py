@@ -1,4 +1,4 @@
-"""The lazy exact samplers of dpfed.samplers: rounded Gaussian, discrete Gaussian, Bernoulli(e^-g).
+"""The lazy exact samplers of dpfed.core.samplers: rounded Gaussian, discrete Gaussian, Bernoulli(e^-g).
 
 Statistical tests use fixed seeds and reject at ALPHA = 1e-4 (false-alarm rate 1e-4 per test over
 seeds, ~1e-3 for the file); each goodness-of-fit test is paired with a power check that rejects a
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpfed.rng import SecureRNG
-from dpfed import samplers
-from dpfed.samplers import sample_rounded_gaussian
+from dpfed.core.rng import SecureRNG
+from dpfed.core import samplers
+from dpfed.core.samplers import sample_rounded_gaussian
 
 from test_samplers import chi2_pvalue
 

@@ -17,8 +17,8 @@ import dp_accounting as dpa
 import numpy as np
 import pytest
 
-from dpfed import accounting as A
-from dpfed.ledger import BudgetExceededError, BudgetLedger, LedgerError
+from dpfed.core import accounting as A
+from dpfed.core.ledger import BudgetExceededError, BudgetLedger, LedgerError
 
 DELTA = 1e-5
 G = dpa.GaussianDpEvent(20.0)   # cheap under PLD: n copies are one Gaussian of sigma 20/sqrt(n)

@@ -7,23 +7,24 @@ from __future__ import annotations
 
 import argparse
 import math
-import warnings
 
 import numpy as np
 import pytest
 
-from dpfed import accounting
-from dpfed.datasets import kfold_indices, load_dataset
-from dpfed.federated import JobSpec, Task, TaskRejected
-from dpfed.ledger import BudgetExceededError, BudgetLedger
-from dpfed.lvq import (DEFAULTS, DPGLVQ, DPGMLVQ, LVQCoordinator, LVQParty, add_arguments, params_from_args,
+from dpfed.federation.session import TaskError
+
+from dpfed.core import accounting
+from dpfed.data.datasets import kfold_indices, load_dataset
+from dpfed.algorithms.contract import JobSpec, Task, TaskRejected
+from dpfed.core.ledger import BudgetExceededError, BudgetLedger
+from dpfed.algorithms.lvq import (DEFAULTS, DPGLVQ, DPGMLVQ, LVQCoordinator, LVQParty, add_arguments, params_from_args,
                        prepare_params, privacy_plan)
-from dpfed.lvq_model import clipped_gradient_sum, cost, per_sample_gradients_naive
-from dpfed.rng import ReproducibleSeedWarning, SecureRNG
-from dpfed.schema import DataValidationError, Schema
+from dpfed.algorithms.lvq_model import clipped_gradient_sum, cost, per_sample_gradients_naive
+from dpfed.core.rng import SecureRNG
+from dpfed.data.schema import DataValidationError, Schema
 from dpfed.simulation import run_inprocess
 
-pytestmark = pytest.mark.filterwarnings("ignore::dpfed.rng.ReproducibleSeedWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::dpfed.core.rng.ReproducibleSeedWarning")
 
 
 def _problem(seed: int = 0, n: int = 9, d: int = 6, c: int = 3, ppc: int = 2, r: int = 4):
@@ -181,7 +182,7 @@ def test_bad_input_gives_clear_errors() -> None:
     spec = _spec()
     X, y = _data()
     # a class absent at a party
-    with pytest.raises(DataValidationError, match="class has no records"):
+    with pytest.raises(TaskError, match="DataValidationError"):  # only the type leaves the party
         run_inprocess(spec, [(X, y), (X[y != 2], y[y != 2])], seed=0)
     # d mismatch
     with pytest.raises(DataValidationError, match="columns"):
@@ -240,7 +241,7 @@ def test_estimator_api_and_accuracy_on_segmentation() -> None:
 
 
 def test_init_clip_bounds_each_record_and_is_refused_with_laplace() -> None:
-    from dpfed.lvq import _init_rows
+    from dpfed.algorithms.lvq import _init_rows
 
     X, _ = _data(d=4)
     p = {**DEFAULTS, "init_center": "lower", "init_clip": 1.5}

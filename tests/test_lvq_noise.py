@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpfed.lvq import noisy_gradient_sum
-from dpfed.lvq_model import clipped_gradient_sum
-from dpfed.rng import ReproducibleSeedWarning, SecureRNG
+from dpfed.algorithms.lvq import noisy_gradient_sum
+from dpfed.algorithms.lvq_model import clipped_gradient_sum
+from dpfed.core.rng import ReproducibleSeedWarning, SecureRNG
 
 warnings.simplefilter("ignore", ReproducibleSeedWarning)
 N = 1_000_000

@@ -1,4 +1,4 @@
-"""dpfed.mechanisms and dpfed.clipping: output laws, spent-vs-claimed epsilon, validation.
+"""dpfed.core.mechanisms and dpfed.core.clipping: output laws, spent-vs-claimed epsilon, validation.
 
 Statistical tests use fixed seeds and reject at ALPHA = 1e-4 (false alarm 1e-4 per test over
 seeds, ~2e-3 for the file). Runtime budget: ~40 s on a loaded 2-core machine.
@@ -14,8 +14,8 @@ from dp_accounting import dp_event
 from dp_accounting.pld import privacy_loss_distribution as pld
 from scipy import stats
 
-from dpfed import accounting, clipping
-from dpfed.mechanisms import (
+from dpfed.core import accounting, clipping
+from dpfed.core.mechanisms import (
     Release,
     discrete_gaussian,
     rounded_gaussian,
@@ -27,7 +27,7 @@ from dpfed.mechanisms import (
     randomized_response,
     rr_frequencies,
 )
-from dpfed.rng import SecureRNG
+from dpfed.core.rng import SecureRNG
 
 ALPHA = 1e-4
 ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE

@@ -1,4 +1,4 @@
-"""Tests of differentially private naive Bayes (dpfed.naive_bayes). Budget: < 60 s on 2 cores.
+"""Tests of differentially private naive Bayes (dpfed.algorithms.naive_bayes). Budget: < 60 s on 2 cores.
 
 Statistical tests use fixed seeds (deterministic outcomes); thresholds sit several standard
 deviations (measured over 10 seeds, bench/bench_naive_bayes.py) below the expected value.
@@ -12,17 +12,17 @@ import warnings
 import numpy as np
 import pytest
 
-from dpfed import accounting
+from dpfed.core import accounting
 from dpfed.algorithms import get_algorithm
-from dpfed.datasets import load_dataset, split_parties
-from dpfed.federated import JobSpec, Task, TaskRejected
-from dpfed.naive_bayes import (DataDerivedSchemaWarning, DPNaiveBayes, Layout, NaiveBayesCoordinator,
+from dpfed.data.datasets import load_dataset, split_parties
+from dpfed.algorithms.contract import Aggregate, sum_combine, JobSpec, Task, TaskRejected
+from dpfed.algorithms.naive_bayes import (DataDerivedSchemaWarning, DPNaiveBayes, Layout, NaiveBayesCoordinator,
                                NaiveBayesParty, evaluate, plan_release, simplex_rows, sufficient_statistics)
-from dpfed.rng import ReproducibleSeedWarning, SecureRNG
-from dpfed.schema import DataValidationError, Feature, Schema
+from dpfed.core.rng import ReproducibleSeedWarning, SecureRNG
+from dpfed.data.schema import DataValidationError, Feature, Schema
 from dpfed.simulation import run_inprocess
 
-pytestmark = pytest.mark.filterwarnings("ignore::dpfed.rng.ReproducibleSeedWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::dpfed.core.rng.ReproducibleSeedWarning")
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def test_spend_equals_claim(adult, eps, delta, mech):
     assert spent >= eps * (1 - 1e-4)
     # the mechanism's own event never claims more than the plan that was charged
     stats = np.zeros(Layout.from_schema(adult.schema).length, np.int64)
-    from dpfed.mechanisms import discrete_laplace, rounded_gaussian
+    from dpfed.core.mechanisms import discrete_laplace, rounded_gaussian
     rng = SecureRNG.from_seed(1)
     rel = (discrete_laplace(stats, sensitivity=plan.l1, epsilon=eps, rng=rng) if mech == "laplace"
            else rounded_gaussian(stats, sensitivity=plan.l2, sigma=plan.noise, rng=rng))
@@ -191,17 +191,21 @@ def test_task_checks_and_malformed_answers(adult):
     task = coord.next_task()
     length = Layout.from_schema(adult.schema).length
     good = {"stats": np.zeros(length, np.int64)}
+
+    def combined(**answers):
+        return sum_combine(task, [Aggregate(a, (name,)) for name, a in answers.items()])
+
     with pytest.raises(ValueError, match="missing"):
-        coord.absorb(task, {"a": good})
+        coord.absorb(task, combined(a=good))
+    with pytest.raises(ValueError, match="different shapes"):
+        coord.absorb(task, combined(a=good, b={"stats": np.zeros(length - 1, np.int64)}))
     with pytest.raises(ValueError, match="integer 'stats' vector"):
-        coord.absorb(task, {"a": good, "b": {"stats": np.zeros(length - 1, np.int64)}})
-    with pytest.raises(ValueError, match="integer 'stats' vector"):
-        coord.absorb(task, {"a": good, "b": {"stats": np.zeros(length)}})
+        coord.absorb(task, combined(a=good, b={"stats": np.zeros(length)}))
     assert coord.progress == 0.0
-    coord.absorb(task, {"a": good, "b": good})
+    coord.absorb(task, combined(a=good, b=good))
     assert coord.progress == 1.0 and coord.next_task() is None
     with pytest.raises(ValueError):
-        coord.absorb(task, {"a": good, "b": good})
+        coord.absorb(task, combined(a=good, b=good))
 
 
 # --------------------------------------------------------------------------- post-processing

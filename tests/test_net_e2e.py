@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coordinator.simulate import SimulationError, run_grpc_simulation
+from dpfed.simulation.grpc_local import SimulationError, run_grpc_simulation
 from dpfed.cli import main
-from dpfed.federated import JobSpec
+from dpfed.algorithms.contract import JobSpec
 from net_helpers import PLUGINS, SCHEMA, TESTS, make_pki, party_config
 
 EPS = 1.0
@@ -128,9 +128,9 @@ def test_deployment_through_the_cli(tmp_path, capsys):
 
 def test_naive_bayes_on_adult_over_grpc():
     """The issue's main job: 5 party processes, mutual TLS, naive Bayes on adult at epsilon 1."""
-    pytest.importorskip("dpfed.mechanisms")
+    pytest.importorskip("dpfed.core.mechanisms")
     from dpfed.algorithms import get_algorithm
-    from dpfed.datasets import load_dataset, split_parties
+    from dpfed.data.datasets import load_dataset, split_parties
 
     algo = get_algorithm("naive-bayes")
     ds = load_dataset("adult")

@@ -9,12 +9,12 @@ import signal
 import numpy as np
 import pytest
 
-from coordinator.cli import format_status
+from dpfed.cli.coordinator import format_status
 from coordinator.client import JobError
 from coordinator.server import serve
 from coordinator.config import CoordinatorConfig
 from dpfed.cli import main
-from dpfed.ledger import BudgetLedger
+from dpfed.core.ledger import BudgetLedger
 from net_helpers import (PLUGINS, ThreadParty, admin, make_pki, party_config, spawn_party, start_coordinator,
                          wait_until)
 

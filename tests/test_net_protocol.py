@@ -9,11 +9,11 @@ import grpc
 import numpy as np
 import pytest
 
-from dpfed.accounting import event_to_json
-from dpfed.federated import JobSpec, Task
-from dpfed.rng import SecureRNG
+from dpfed.core.accounting import event_to_json
+from dpfed.algorithms.contract import JobSpec, Task
+from dpfed.core.rng import SecureRNG
 from net_helpers import (SCHEMA, ThreadParty, admin, make_pki, party_config, party_data, raw_stub, register,
-                         start_coordinator, wait_until)
+                         start_coordinator)
 from net_noisy_mean import NoisyMeanParty
 from protos import dpfed_pb2 as pb
 from protos.codec import PROTOCOL_VERSION, ArrayAssembler, encode_arrays

@@ -4,9 +4,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from dpfed.datasets import load_dataset
-from dpfed.federated import JobSpec
+from dpfed.data.datasets import load_dataset
+from dpfed.algorithms.contract import JobSpec
 from party.config import PartyConfig
+from dpfed.federation.session import decide
 from party.daemon import PartyDaemon
 
 
@@ -24,7 +25,7 @@ def _daemon(tmp_path, simulation: bool) -> tuple[PartyDaemon, JobSpec, JobSpec]:
 
 
 def _prepared(spec: JobSpec) -> JobSpec:
-    from dpfed.lvq import prepare_params  # fills the calibrated noise multiplier into the public params
+    from dpfed.algorithms.lvq import prepare_params  # fills the calibrated noise multiplier into the public params
 
     return JobSpec(spec.job_id, spec.algorithm, prepare_params(dict(spec.params)), spec.schema)
 
@@ -32,11 +33,11 @@ def _prepared(spec: JobSpec) -> JobSpec:
 def test_deployed_party_refuses_distributed_noise(tmp_path):
     daemon, local, dist = _daemon(tmp_path, simulation=False)
     try:
-        resp, job = daemon._decide(_prepared(dist).to_json())
-        assert not resp.accept and job is None and "secure aggregation" in resp.reason
+        d = decide(daemon.party, _prepared(dist).to_json())
+        assert not d.accept and d.session is None and "secure aggregation" in d.reason
         assert daemon.ledger.spent() == 0.0  # refused before any charge
-        resp, job = daemon._decide(_prepared(local).to_json())
-        assert resp.accept and job is not None and 0.99 <= daemon.ledger.spent() <= 1.0 + 1e-9
+        d = decide(daemon.party, _prepared(local).to_json())
+        assert d.accept and d.session is not None and 0.99 <= daemon.ledger.spent() <= 1.0 + 1e-9
     finally:
         daemon.close()
 
@@ -44,8 +45,8 @@ def test_deployed_party_refuses_distributed_noise(tmp_path):
 def test_simulated_party_accepts_distributed_noise(tmp_path):
     daemon, _, dist = _daemon(tmp_path, simulation=True)
     try:
-        resp, job = daemon._decide(_prepared(dist).to_json())
-        assert resp.accept and job is not None
+        d = decide(daemon.party, _prepared(dist).to_json())
+        assert d.accept and d.session is not None
         assert np.isclose(daemon.ledger.spent(), 1.0, rtol=1e-3)
     finally:
         daemon.close()

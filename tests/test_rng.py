@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpfed.rng import ReproducibleSeedWarning, SecureRNG, default_rng
+from dpfed.core.rng import ReproducibleSeedWarning, SecureRNG, default_rng
 
 
 def test_seeded_generator_warns_and_reproduces():

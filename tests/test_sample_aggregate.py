@@ -14,10 +14,10 @@ import pytest
 from dp_accounting import dp_event
 from scipy import integrate, stats
 
-from dpfed import accounting
-from dpfed.ledger import BudgetLedger
-from dpfed.rng import SecureRNG
-from dpfed.sample_aggregate import (assign_blocks, attention_t0, center_of_attention, clamped_mean_release,
+from dpfed.core import accounting
+from dpfed.core.ledger import BudgetLedger
+from dpfed.core.rng import SecureRNG
+from dpfed.algorithms.sample_aggregate import (assign_blocks, attention_t0, center_of_attention, clamped_mean_release,
                                     center_of_attention_release, gaussian_dilation_delta,
                                     gaussian_sliding_delta, gaussian_smooth_params, radii, run_blocks,
                                     smooth_sensitivity, smooth_sensitivity_bounds)
@@ -191,7 +191,7 @@ def test_epsilon_delta_event_spend_equals_claim_in_ledger() -> None:
 @pytest.mark.parametrize("aggregator", ["coa", "mean"])
 def test_generic_sample_and_aggregate_on_a_median_estimator(aggregator: str) -> None:
     """Any vector-valued estimator: here the per-column median of 2-d records in [0, 10]^2."""
-    from dpfed.sample_aggregate import sample_and_aggregate
+    from dpfed.algorithms.sample_aggregate import sample_and_aggregate
 
     X = np.random.default_rng(0).normal([3.0, 7.0], 0.05, size=(40000, 2)).clip(0, 10)
     value, event = sample_and_aggregate(X, lambda Xb, j: np.median(Xb, axis=0), blocks=800, lower=np.zeros(2),

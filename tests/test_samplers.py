@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpfed.rng import SecureRNG
-from dpfed import samplers
-from dpfed.samplers import (
+from dpfed.core.rng import SecureRNG
+from dpfed.core import samplers
+from dpfed.core.samplers import (
     bernoulli_exp,
     laplace_fraction,
     sample_discrete_gaussian,
@@ -119,7 +119,7 @@ def test_discrete_gaussian_exact_moments(sigma):
 
 
 def test_discrete_gaussian_large_sigma_ks():
-    """sigma = 2^20 (the grid regime of dpfed.mechanisms.gaussian): KS against N(0, sigma^2)."""
+    """sigma = 2^20 (the grid regime of dpfed.core.mechanisms.gaussian): KS against N(0, sigma^2)."""
     sigma = 2.0**20
     x = sample_discrete_gaussian(sigma, 50_000, rng("dg-large")).astype(float)
     assert stats.kstest(x / sigma, "norm").pvalue > ALPHA

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from dpfed.datasets import kfold_indices, load_dataset, make_blobs, split_parties
-from dpfed.schema import DataValidationError, Feature, Schema
+from dpfed.data.datasets import kfold_indices, load_dataset, make_blobs, split_parties
+from dpfed.data.schema import DataValidationError, Feature, Schema
 
 
 def _schema():

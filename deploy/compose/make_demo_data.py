@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpfed.datasets import load_dataset, split_parties
+from dpfed.data.datasets import load_dataset, split_parties
 
 PARTIES = ("party-a", "party-b", "party-c")
 

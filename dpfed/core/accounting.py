@@ -14,6 +14,8 @@ looser by ~0.2 %, and is used only to find a starting bracket during calibration
 """
 from __future__ import annotations
 
+from dpfed.core.errors import DpfedError
+
 import functools
 import json
 import math
@@ -50,7 +52,7 @@ _RELATIONS = {
 }
 
 
-class AccountingError(ValueError):
+class AccountingError(DpfedError, ValueError):
     """An event the chosen accountant / neighbouring relation cannot account for."""
 
 
@@ -477,7 +479,7 @@ def event_from_json(text: str) -> DpEvent:
 
 
 # --------------------------------------------------------------------------- generic (epsilon, delta)
-# (added for dpfed.sample_aggregate: smooth-sensitivity releases are (epsilon, delta)-DP with no
+# (added for dpfed.algorithms.sample_aggregate: smooth-sensitivity releases are (epsilon, delta)-DP with no
 # standard dp_accounting event; see EpsilonDeltaDpEvent.)
 
 @attr.define(frozen=True)

@@ -10,10 +10,12 @@ after ``kill -9``; and because the check and the insert share one write lock, co
 threads or processes cannot overspend.
 
 Identical events are grouped into ``SelfComposedDpEvent`` counts (see
-:func:`dpfed.accounting.compose`), so composing thousands of charges stays one PLD
+:func:`dpfed.core.accounting.compose`), so composing thousands of charges stays one PLD
 ``self_compose`` per distinct mechanism.
 """
 from __future__ import annotations
+
+from dpfed.core.errors import DpfedError
 
 import math
 import os
@@ -26,18 +28,18 @@ from typing import Any
 
 from dp_accounting.dp_event import DpEvent
 
-from dpfed import accounting
+from dpfed.core import accounting
 
 __all__ = ["BudgetLedger", "BudgetExceededError", "LedgerError"]
 
 _SCHEMA_VERSION = "1"
 
 
-class LedgerError(RuntimeError):
+class LedgerError(DpfedError, RuntimeError):
     """The ledger file is unusable or inconsistent with the requested configuration."""
 
 
-class BudgetExceededError(Exception):
+class BudgetExceededError(DpfedError):
     """A charge would take the owner's total spend over its (epsilon, delta) limit.
 
     Attributes: ``limit`` = (epsilon, delta), ``spent`` = epsilon spent before the charge,

@@ -25,7 +25,7 @@ eps 2 picks Laplace).
 Integer release. Counts are integers; x~ and x~^2 go on a fixed-point grid (R = 2^16 units per unit
 weight; each record's value is rounded, |round(R w x~)| <= R w, so the integer sensitivity is exact)
 and the noise is the exact discrete Laplace of Canonne, Kamath & Steinke 2020 or the exactly sampled
-rounded Gaussian round(sigma Z) (:mod:`dpfed.mechanisms`), so no floating point touches the release. The charged event: pure eps-DP
+rounded Gaussian round(sigma Z) (:mod:`dpfed.core.mechanisms`), so no floating point touches the release. The charged event: pure eps-DP
 as ``DiscreteLaplaceDpEvent(eps, 1)``, whose privacy-loss distribution (+-eps) is the binary
 randomized-response pair that dominates every eps-DP mechanism (Kairouz, Oh & Viswanath 2015), so it
 is valid for the vector release at any delta; the Gaussian as ``GaussianDpEvent(z)`` with sigma = z D
@@ -59,11 +59,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from dp_accounting import dp_event
 
-from dpfed import accounting
-from dpfed.estimator import ClassifierScore, EstimatorParams
-from dpfed.federated import Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
-from dpfed.rng import SecureRNG
-from dpfed.schema import DataValidationError, Feature, Schema
+from dpfed.core import accounting
+from dpfed.algorithms.driver import run_local
+from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
+from dpfed.algorithms.contract import Aggregate, Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
+from dpfed.core.rng import SecureRNG
+from dpfed.data.schema import DataValidationError, Feature, Schema
 
 __all__ = ["ALGORITHMS", "DPNaiveBayes", "NBPlan", "Layout", "plan_release", "sufficient_statistics",
            "postprocess", "simplex_rows", "joint_log_likelihood", "predict", "evaluate",
@@ -166,10 +167,10 @@ def gaussian_multiplier(epsilon: float, delta: float) -> float:
     """Smallest noise multiplier z (to 1e-5 relative) with PLD epsilon(GaussianDpEvent(z), delta) <= epsilon.
 
     Starts from the analytic Gaussian mechanism (Balle & Wang 2018, via
-    :func:`dpfed.mechanisms.gaussian_sigma`), then bisects against the (pessimistic) PLD
+    :func:`dpfed.core.mechanisms.gaussian_sigma`), then bisects against the (pessimistic) PLD
     accountant that the ledger uses, so the charge never exceeds the job's epsilon.
     """
-    from dpfed.mechanisms import gaussian_sigma
+    from dpfed.core.mechanisms import gaussian_sigma
 
     def ok(z: float) -> bool:
         return accounting.epsilon(dp_event.GaussianDpEvent(z), delta) <= epsilon
@@ -233,12 +234,12 @@ def _plan(schema_json: str, eps: float, delta: float, mech: str) -> NBPlan:
     if name == "laplace":
         weights = np.maximum(np.rint(w * _GRID), 1).astype(np.int64)
         l1 = int(weights.sum())
-        t = (l1 + 1) / eps  # dpfed.mechanisms.discrete_laplace's scale for L1 > 4096 (slightly conservative)
+        t = (l1 + 1) / eps  # dpfed.core.mechanisms.discrete_laplace's scale for L1 > 4096 (slightly conservative)
         return NBPlan("laplace", weights, l1, float(np.sqrt(np.sum(weights.astype(float) ** 2))), t,
                       _discrete_laplace_var(t), dp_event.DiscreteLaplaceDpEvent(float(eps), 1))
     weights = np.maximum(np.rint(w * grid), 1).astype(np.int64)
     l2 = float(np.sqrt(np.sum(weights.astype(float) ** 2)))
-    # dpfed.mechanisms.rounded_gaussian charges GaussianDpEvent(sigma / l2) exactly: take sigma so that
+    # dpfed.core.mechanisms.rounded_gaussian charges GaussianDpEvent(sigma / l2) exactly: take sigma so that
     # this multiplier is still >= z (the 1e-12 absorbs its ulp-level rounding). Noise variance of
     # round(sigma Z): sigma^2 + 1/12 up to e^{-2 pi^2 sigma^2} (Sheppard's correction).
     sigma = z * l2 * (1.0 + 1e-12)
@@ -346,7 +347,7 @@ class NaiveBayesParty(PartyAlgorithm):
             raise TaskRejected("the naive Bayes task carries no parameters (its plan is the job spec)")
 
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Answer:
-        from dpfed.mechanisms import discrete_laplace, rounded_gaussian
+        from dpfed.core.mechanisms import discrete_laplace, rounded_gaussian
 
         layout = Layout.from_schema(spec.schema)
         plan = plan_release(spec)
@@ -444,21 +445,20 @@ class NaiveBayesCoordinator(CoordinatorAlgorithm):
         self._issued = True
         return Task(self.spec.job_id, 0, TASK_KIND)
 
-    def absorb(self, task: Task, answers: Mapping[str, Answer]) -> None:
+    def absorb(self, task: Task, combined: Aggregate) -> None:
         if task.kind != TASK_KIND or task.round != 0 or self._model is not None:
             raise ValueError("naive Bayes absorbs exactly one answer set, for its round-0 task")
-        missing = set(self.parties) - set(answers)
-        if missing or set(answers) - set(self.parties):
+        got = set(combined.parties)
+        missing, unknown = set(self.parties) - got, got - set(self.parties)
+        if missing or unknown:
             raise ValueError(f"expected answers from exactly the {len(self.parties)} job parties; "
-                             f"missing {sorted(missing)}, unknown {sorted(set(answers) - set(self.parties))}")
-        total = np.zeros(self.layout.length, np.int64)
-        for name in self.parties:
-            s = np.asarray(answers[name].get("stats", np.zeros(0)))
-            if s.shape != (self.layout.length,) or not np.issubdtype(s.dtype, np.integer):
-                raise ValueError(f"party {name!r}: expected an integer 'stats' vector of length "
-                                 f"{self.layout.length}, got dtype {s.dtype} shape {tuple(s.shape)}")
-            total += s.astype(np.int64)
-        self._model = postprocess(total, self.layout, self.plan, len(self.parties), self.alpha, self.var_floor)
+                             f"missing {sorted(missing)}, unknown {sorted(unknown)}")
+        total = np.asarray(combined.arrays.get("stats", np.zeros(0)))
+        if total.shape != (self.layout.length,) or not np.issubdtype(total.dtype, np.integer):
+            raise ValueError(f"expected integer 'stats' vectors of length {self.layout.length}, "
+                             f"got dtype {total.dtype} shape {tuple(total.shape)}")
+        self._model = postprocess(total.astype(np.int64), self.layout, self.plan, len(self.parties), self.alpha,
+                                  self.var_floor)
 
     @property
     def progress(self) -> float:
@@ -541,15 +541,12 @@ class DPNaiveBayes(EstimatorParams, ClassifierScore):
         Xv = schema.validate(X, y)
         yv = _check_labels(np.asarray(y), len(Xv), schema.n_classes)
         rng = SecureRNG() if self.random_state is None else SecureRNG.from_seed(int(self.random_state))
-        party, coord = NaiveBayesParty(), NaiveBayesCoordinator(spec, ["local"])
-        party.job_event(spec)
-        task = coord.next_task()
-        party.check_task(spec, task)
-        coord.absorb(task, {"local": party.answer(spec, task, Xv, yv, rng)})
+        run = run_local(ALGORITHMS["naive-bayes"], spec, Xv, yv, rng)
+        coord = run.coordinator
         self.model_, self.schema_ = coord.model(), schema
         self.classes_ = np.arange(schema.n_classes)
         self.n_features_in_ = schema.n_features
-        self.privacy_event_ = party.job_event(spec)
+        self.privacy_event_ = run.event
         return self
 
     def _validated(self, X: np.ndarray) -> np.ndarray:

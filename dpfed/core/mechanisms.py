@@ -6,7 +6,7 @@ Neighbouring relation: add/remove one record, except randomized response (local 
 value replaced, dp-accounting's ``REPLACE_ONE``).
 
 Floating-point safety (Mironov 2012): no float noise ever touches the output. Integer queries get
-exact integer noise (:mod:`dpfed.samplers`); real vectors are rounded to a public grid 2^-k,
+exact integer noise (:mod:`dpfed.core.samplers`); real vectors are rounded to a public grid 2^-k,
 the rounding error is added to the sensitivity (each coordinate moves by at most one grid step:
 L1 grows by d*2^-k, L2 by sqrt(d)*2^-k, as OpenDP's float-to-bigint does), exact integer
 noise (discrete Laplace; rounded Gaussian) is added on the grid and the integer result is
@@ -42,9 +42,9 @@ import numpy as np
 from dp_accounting import dp_event
 from scipy import special
 
-from dpfed import accounting
-from dpfed.rng import SecureRNG
-from dpfed.samplers import (
+from dpfed.core import accounting
+from dpfed.core.rng import SecureRNG
+from dpfed.core.samplers import (
     MAX_ROUNDED_GAUSSIAN_SIGMA,
     _bernoulli_exp_lazy,
     laplace_fraction,
@@ -291,7 +291,7 @@ def discrete_gaussian(value, *, sigma: float, rng: SecureRNG, sensitivity: int =
     One record changes at most ``coordinates`` entries of ``value``, each by at most the integer
     ``sensitivity`` (a count: 1 and 1; a histogram under add/remove: 1 and 1; a record adding to
     one cell of each of F tables: 1 and F). The event is ``coordinates`` compositions of
-    :class:`dpfed.accounting.DiscreteGaussianDpEvent` (exact discrete-Gaussian PLD, zCDP for RDP),
+    :class:`dpfed.core.accounting.DiscreteGaussianDpEvent` (exact discrete-Gaussian PLD, zCDP for RDP),
     provably valid; sigma is limited to 2^14 so that its PLD stays cheap (about 0.6 s). For large
     sigma or an L2 sensitivity use :func:`rounded_gaussian`, charged exactly as the Gaussian.
     """
@@ -325,7 +325,7 @@ def rounded_gaussian(value, *, sensitivity: float, rng: SecureRNG, sigma: float 
                      epsilon: float | None = None, delta: float | None = None,
                      analytic: bool = True) -> Release:
     """Gaussian mechanism for integer queries with L2 ``sensitivity``: value + round(sigma Z),
-    Z ~ N(0, I), sampled exactly (:func:`dpfed.samplers.sample_rounded_gaussian`).
+    Z ~ N(0, I), sampled exactly (:func:`dpfed.core.samplers.sample_rounded_gaussian`).
 
     Integer in, integer out (no floating-point leak), and a post-processing of the continuous
     Gaussian mechanism (value is an integer, so round(value + sigma Z) = value + round(sigma Z)):

@@ -3,7 +3,7 @@
 Pieces, in the order a party runs them (method ``sample-aggregate``):
 
 1. a noisy record count (discrete Laplace) fixes the number of blocks m (so m is public);
-2. records go to m blocks independently (:func:`dpfed.sample_aggregate.assign_blocks`), and
+2. records go to m blocks independently (:func:`dpfed.algorithms.sample_aggregate.assign_blocks`), and
    ordinary k-means (k-means++ start, Lloyd) runs on each block (:func:`kmeans`);
 3. each block's k centers are put into a canonical order (:func:`canonical_order`: Hungarian
    matching to k public anchor points -- a fixed function of the block's own center *set*, so one
@@ -37,14 +37,15 @@ import numpy as np
 from dp_accounting import dp_event
 from scipy.optimize import linear_sum_assignment
 
-from dpfed import accounting
-from dpfed.estimator import EstimatorParams
-from dpfed.federated import Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
-from dpfed.mechanisms import gaussian
-from dpfed.rng import SecureRNG
-from dpfed.sample_aggregate import assign_blocks, center_of_attention_release, clamped_mean_release
-from dpfed.samplers import sample_discrete_laplace
-from dpfed.schema import Schema
+from dpfed.core import accounting
+from dpfed.algorithms.estimator import EstimatorParams
+from dpfed.algorithms.contract import (Aggregate, Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm,
+                                       Task, TaskRejected, stack_combine)
+from dpfed.core.mechanisms import gaussian
+from dpfed.core.rng import SecureRNG
+from dpfed.algorithms.sample_aggregate import assign_blocks, center_of_attention_release, clamped_mean_release
+from dpfed.core.samplers import sample_discrete_laplace
+from dpfed.data.schema import Schema
 
 __all__ = [
     "kmeans_plusplus", "lloyd", "kmeans", "block_kmeans", "inertia", "public_anchors", "canonical_order", "align_blocks",
@@ -143,7 +144,7 @@ def block_kmeans(X: np.ndarray, blocks: Sequence[np.ndarray], k: int, rng: np.ra
     """k-means++ + up to ``iters`` Lloyd steps on every block, batched: (m, k, d) centers.
 
     Per block the same computation as :func:`kmeans_plusplus` then :func:`lloyd` (the
-    sample-and-aggregate estimator; through :func:`dpfed.sample_aggregate.run_blocks` it would
+    sample-and-aggregate estimator; through :func:`dpfed.algorithms.sample_aggregate.run_blocks` it would
     be a Python loop over ~1000 blocks), on 3-d arrays (blocks x records x d) padded with zero
     weights and processed in chunks of about ``chunk_bytes`` of records. The k uniforms of block
     j's k-means++ are the j-th k draws of ``rng`` (as sequential per-block calls would take
@@ -352,7 +353,7 @@ def _dl(value: np.ndarray, noise: float, rng: SecureRNG) -> np.ndarray:
 def _dp_lloyd_step(X: np.ndarray, C: np.ndarray, lower: np.ndarray, upper: np.ndarray, plan: KMeansPlan,
                    rng: SecureRNG) -> np.ndarray:
     """One DP Lloyd step: per-cluster sums of (x - mid) plus Gaussian noise of std z R (on the public
-    grid, :func:`dpfed.mechanisms.gaussian`), R = ||upper-lower||/2
+    grid, :func:`dpfed.core.mechanisms.gaussian`), R = ||upper-lower||/2
     the largest l2 norm of a centred record (add/remove sensitivity of the sum vector), and
     counts plus discrete Laplace (sensitivity 1). Clusters with a noisy count < 1 keep their
     center; new centers are clamped to the box (post-processing)."""
@@ -540,7 +541,7 @@ class KMeansParty(PartyAlgorithm):
                                    anchor_seed=o["anchor_seed"])
         except ValueError as exc:
             raise TaskRejected(str(exc)) from None
-        return {"centers": C, "sizes": sizes.astype(np.float64)}
+        return {"centers": C[None], "sizes": sizes.astype(np.float64)[None]}  # one row per party (stack_combine)
 
 
 class KMeansCoordinator(CoordinatorAlgorithm):
@@ -557,17 +558,16 @@ class KMeansCoordinator(CoordinatorAlgorithm):
     def next_task(self) -> Task | None:
         return None if self._done else Task(self.spec.job_id, 0, "fit")
 
-    def absorb(self, task: Task, answers: Mapping[str, Answer]) -> None:
+    def absorb(self, task: Task, combined: Aggregate) -> None:
         k, d = self.opts["k"], int(self.spec.schema.numeric.sum())
-        cs, ss = [], []
-        for name in sorted(answers):
-            c, s = np.asarray(answers[name]["centers"], dtype=np.float64), np.asarray(answers[name]["sizes"])
-            if c.shape != (k, d) or s.shape != (k,) or not np.all(np.isfinite(c)):
-                raise ValueError(f"party {name!r} sent a malformed kmeans answer")
-            cs.append(c)
-            ss.append(s)
-        if not cs:
+        C, S = np.asarray(combined.arrays["centers"], dtype=np.float64), np.asarray(combined.arrays["sizes"])
+        m = len(combined.parties)
+        if m == 0:
             raise ValueError("no party answered the kmeans task")
+        if C.shape != (m, k, d) or S.shape != (m, k) or not np.all(np.isfinite(C)):
+            raise ValueError("malformed kmeans answers")
+        order = np.argsort(np.array(combined.parties))  # the same merge whatever order the answers came in
+        cs, ss = list(C[order]), list(S[order])
         self._centers = merge_centers(cs, ss, k, seed=0)
         sizes_all = np.concatenate(ss)
         lab = np.argmin(_sqdist(np.concatenate(cs), self._centers), axis=1)
@@ -644,5 +644,5 @@ def params_from_args(a: argparse.Namespace) -> dict[str, Any]:
 ALGORITHMS = {
     "kmeans": Algorithm(name="kmeans", party=KMeansParty, coordinator=KMeansCoordinator, evaluate=evaluate,
                         add_arguments=add_arguments, params_from_args=params_from_args,
-                        default_delta=1e-6, needs_labels=False),
+                        default_delta=1e-6, needs_labels=False, combine=stack_combine),
 }

@@ -17,7 +17,7 @@ dilation by e^lambda, |lambda| <= beta, costs (eps2, delta2) ("dilation") -- the
 ``f(x) + S(x)/alpha * Z`` with S a beta-smooth upper bound on the local sensitivity is
 (eps1 + eps2, delta1 + e^eps1 * delta2)-DP (the chain in the proof of Lemma 2.6; it is *not*
 a composition, so the guarantee is charged as one generic (epsilon, delta) pair,
-:class:`dpfed.accounting.EpsilonDeltaDpEvent`). For Gaussian Z both costs are computed exactly here
+:class:`dpfed.core.accounting.EpsilonDeltaDpEvent`). For Gaussian Z both costs are computed exactly here
 (sliding: the analytic Gaussian mechanism, Balle & Wang 2018 Thm 8; dilation: chi-square tails)
 instead of NRS07's closed-form Lemma 2.10 constants, which are looser.
 """
@@ -33,9 +33,9 @@ from scipy import special, stats
 
 from dp_accounting import dp_event
 
-from dpfed import accounting
-from dpfed.mechanisms import gaussian
-from dpfed.rng import SecureRNG
+from dpfed.core import accounting
+from dpfed.core.mechanisms import gaussian
+from dpfed.core.rng import SecureRNG
 
 __all__ = [
     "assign_blocks", "run_blocks", "attention_t0", "pairwise_distances", "radii",
@@ -310,7 +310,7 @@ def clamped_mean_release(Z: np.ndarray, *, lower: np.ndarray, upper: np.ndarray,
 @functools.lru_cache(maxsize=128)
 def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
     """Smallest z meeting PLD epsilon <= ``epsilon`` at ``delta`` for one Gaussian release
-    (:func:`dpfed.accounting.calibrate_noise_multiplier` with q = 1, T = 1)."""
+    (:func:`dpfed.core.accounting.calibrate_noise_multiplier` with q = 1, T = 1)."""
     return accounting.calibrate_noise_multiplier(epsilon, delta, 1.0, 1)
 
 

@@ -1,6 +1,6 @@
 """Registry of the federated algorithms, by the name used on the command line and in job specs.
 
-Each module listed here defines ``ALGORITHMS: dict[str, dpfed.federated.Algorithm]``; modules are
+Each module listed here defines ``ALGORITHMS: dict[str, dpfed.algorithms.contract.Algorithm]``; modules are
 imported only when their algorithm is asked for.
 """
 from __future__ import annotations
@@ -8,15 +8,15 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from dpfed.federated import Algorithm
+from dpfed.algorithms.contract import Algorithm
 
 __all__ = ["get_algorithm", "algorithm_names", "add_algorithm_arguments"]
 
 _MODULES = {
-    "naive-bayes": "dpfed.naive_bayes",
-    "glvq": "dpfed.lvq",
-    "gmlvq": "dpfed.lvq",
-    "kmeans": "dpfed.kmeans",
+    "naive-bayes": "dpfed.algorithms.naive_bayes",
+    "glvq": "dpfed.algorithms.lvq",
+    "gmlvq": "dpfed.algorithms.lvq",
+    "kmeans": "dpfed.algorithms.kmeans",
 }
 
 

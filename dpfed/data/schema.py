@@ -6,6 +6,8 @@ from the private data: a domain or a bound computed from the records would itsel
 """
 from __future__ import annotations
 
+from dpfed.core.errors import DpfedError
+
 import json
 import math
 from dataclasses import dataclass, field
@@ -18,7 +20,7 @@ __all__ = ["Feature", "Schema", "DataValidationError"]
 Kind = Literal["categorical", "numeric"]
 
 
-class DataValidationError(ValueError):
+class DataValidationError(DpfedError, ValueError):
     """Data does not match its schema. The message names columns and counts, never values."""
 
 

@@ -9,6 +9,8 @@ SIGKILL; they also exit on their own if this process dies).
 """
 from __future__ import annotations
 
+from dpfed.core.errors import DpfedError
+
 import os
 import shutil
 import signal
@@ -21,19 +23,19 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from coordinator import certs
+from dpfed.federation import certs
 from coordinator.client import AdminClient, JobError
 from coordinator.config import CoordinatorConfig
 from coordinator.server import serve
-from dpfed.federated import JobSpec
+from dpfed.algorithms.contract import JobSpec
 from dpfed.simulation import PURE_DP_DELTA, SimulationResult
 from party.config import write_config
-from protos.security import TlsFiles
+from dpfed.federation.tls import TlsFiles
 
 __all__ = ["run_grpc_simulation", "SimulationError"]
 
 
-class SimulationError(RuntimeError):
+class SimulationError(DpfedError, RuntimeError):
     """A party process could not start, or the job did not finish."""
 
 

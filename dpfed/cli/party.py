@@ -31,10 +31,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from dpfed.ledger import BudgetLedger
-    from dpfed.schema import DataValidationError
+    from dpfed.core.ledger import BudgetLedger
+    from dpfed.data.schema import DataValidationError
     from party.config import ConfigError, PartyConfig
-    from party.data import load_and_validate
+    from dpfed.data.files import load_and_validate
 
     try:
         cfg = PartyConfig.load(args.config)

@@ -1,7 +1,7 @@
 """``dpfed simulate``: a whole multi-party job on one machine, evaluated on held-out data.
 
 By default (``--transport grpc``) it starts a coordinator and one process per party on loopback with
-mutual TLS and a temporary certificate authority (``coordinator.simulate``); ``--transport inproc``
+mutual TLS and a temporary certificate authority (``dpfed.simulation.grpc_local``); ``--transport inproc``
 runs the same party and coordinator halves in this process, for quick research sweeps. Training data
 are split across the parties (``--split``); ``--cv K`` runs K-fold cross-validation over the whole
 data set. The result is a table, or with ``--json`` exactly one JSON object on stdout.
@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from dpfed.algorithms import add_algorithm_arguments, algorithm_names, get_algorithm
-from dpfed.datasets import Dataset, kfold_indices, load_dataset, split_parties
-from dpfed.federated import JobSpec
+from dpfed.data.datasets import Dataset, kfold_indices, load_dataset, split_parties
+from dpfed.algorithms.contract import JobSpec
 
 __all__ = ["add_commands", "run_simulation"]
 
@@ -112,11 +112,11 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
 
             res = run_inprocess(spec, party_data, seed=args.seed, progress=progress)
         elif args.transport == "ray":
-            from coordinator.ray_backend import run_ray_simulation
+            from dpfed.simulation.ray_runner import run_ray_simulation
 
             res = run_ray_simulation(spec, party_data, seed=args.seed, address=args.ray_address, progress=progress)
         else:
-            from coordinator.simulate import run_grpc_simulation
+            from dpfed.simulation.grpc_local import run_grpc_simulation
 
             res = run_grpc_simulation(spec, party_data, seed=args.seed, insecure=args.insecure, progress=progress)
         metrics.append(algo.evaluate(res.model, Xte, yte, ds.schema))

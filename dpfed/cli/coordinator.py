@@ -271,7 +271,7 @@ def _cmd_model_get(args: argparse.Namespace) -> int:
 
 
 def _cmd_certs_init(args: argparse.Namespace) -> int:
-    from coordinator.certs import init_ca
+    from dpfed.federation.certs import init_ca
 
     try:
         path = init_ca(args.dir, overwrite=args.force)
@@ -283,7 +283,7 @@ def _cmd_certs_init(args: argparse.Namespace) -> int:
 
 
 def _cmd_certs_issue(args: argparse.Namespace) -> int:
-    from coordinator.certs import issue
+    from dpfed.federation.certs import issue
 
     try:
         crt, key = issue(args.name, args.ca, args.out, role=args.role, sans=args.san)

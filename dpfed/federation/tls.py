@@ -3,7 +3,7 @@
 Mutual TLS is the default: the coordinator requires a client certificate signed by the
 deployment's CA, and clients verify the coordinator's certificate against the same CA. The
 identity of a caller is the common name of its certificate; its role (party/operator) is the
-certificate's organizational unit (see :mod:`coordinator.certs`). ``insecure`` (plain text) exists
+certificate's organizational unit (see :mod:`dpfed.federation.certs`). ``insecure`` (plain text) exists
 for debugging only and always warns loudly.
 """
 from __future__ import annotations

@@ -13,10 +13,10 @@ import sys
 from typing import Sequence
 
 _COMMAND_MODULES = (
-    "dpfed.cli_privacy",      # dpfed privacy epsilon|noise
-    "dpfed.cli_simulate",     # dpfed simulate
-    "coordinator.cli",        # dpfed coordinator serve, status, job submit, model get, certs
-    "party.cli",              # dpfed party serve
+    "dpfed.cli.privacy",      # dpfed privacy epsilon|noise
+    "dpfed.cli.simulate",     # dpfed simulate
+    "dpfed.cli.coordinator",        # dpfed coordinator serve, status, job submit, model get, certs
+    "dpfed.cli.party",              # dpfed party serve
 )
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpfed.schema import DataValidationError, Schema
+from dpfed.data.schema import DataValidationError, Schema
 
 __all__ = ["load_table", "load_and_validate"]
 

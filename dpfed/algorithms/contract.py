@@ -15,6 +15,8 @@ runs in deployment.
 """
 from __future__ import annotations
 
+from dpfed.core.errors import DpfedError
+
 import argparse
 import json
 from abc import ABC, abstractmethod
@@ -24,15 +26,16 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from dp_accounting import DpEvent
 
-from dpfed.rng import SecureRNG
-from dpfed.schema import Schema
+from dpfed.core.rng import SecureRNG
+from dpfed.data.schema import Schema
 
-__all__ = ["JobSpec", "Task", "Answer", "TaskRejected", "PartyAlgorithm", "CoordinatorAlgorithm", "Algorithm"]
+__all__ = ["JobSpec", "Task", "Answer", "Aggregate", "Released", "TaskRejected", "PartyAlgorithm",
+           "CoordinatorAlgorithm", "Algorithm", "sum_combine", "stack_combine"]
 
 Answer = dict[str, np.ndarray]
 
 
-class TaskRejected(ValueError):
+class TaskRejected(DpfedError, ValueError):
     """A party refuses a job or task: outside the charged plan, wrong schema, bad parameters."""
 
 
@@ -86,6 +89,85 @@ class Task:
     arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Released:
+    """A party's answer together with the privacy events of the releases it holds.
+
+    ``PartyAlgorithm.answer`` may return one instead of a bare :data:`Answer`; the party session
+    then checks, generically, that ``events`` lie within the plan it charged for the task
+    (:meth:`PartyAlgorithm.task_event`) before the bytes leave.
+    """
+
+    arrays: Answer
+    events: tuple[DpEvent, ...] = ()
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """Answers merged by an algorithm's ``combine``: the arrays and the parties they came from.
+
+    A single party's answer is ``Aggregate(answer, (name,))``. ``parties`` lists the contributors
+    in the order of any per-party rows the arrays hold (see :func:`stack_combine`).
+    """
+
+    arrays: Answer
+    parties: tuple[str, ...]
+
+
+def _checked_arrays(parts: Sequence[Aggregate]) -> list[str]:
+    if not parts:
+        raise ValueError("nothing to combine")
+    keys = sorted(parts[0].arrays)
+    seen: set[str] = set()
+    for part in parts:
+        if sorted(part.arrays) != keys:
+            raise ValueError(f"answers disagree on their arrays: {sorted(part.arrays)} vs {keys}")
+        overlap = seen.intersection(part.parties)
+        if overlap:
+            raise ValueError(f"party {sorted(overlap)[0]!r} would be counted twice")
+        seen.update(part.parties)
+        for k in keys:
+            a = np.asarray(part.arrays[k])
+            if a.dtype.kind not in "biuf":
+                raise ValueError(f"array {k!r} has dtype {a.dtype}; answers are real or integer arrays")
+            if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+                raise ValueError(f"array {k!r} holds non-finite values")
+    return keys
+
+
+def sum_combine(task: "Task", parts: Sequence[Aggregate]) -> Aggregate:
+    """The default ``combine``: the element-wise sum of every array (associative and commutative, so
+    it may run in a tree of workers or under secure aggregation). Integer arrays stay int64."""
+    keys = _checked_arrays(parts)
+    out: Answer = {}
+    for k in keys:
+        arrs = [np.asarray(p.arrays[k]) for p in parts]
+        shape = arrs[0].shape
+        if any(a.shape != shape for a in arrs):
+            raise ValueError(f"array {k!r} has different shapes across answers")
+        dtype = np.int64 if all(a.dtype.kind in "biu" for a in arrs) else np.float64
+        total = np.zeros(shape, dtype)
+        for a in arrs:
+            total += a.astype(dtype, copy=False)
+        out[k] = total
+    return Aggregate(out, tuple(sorted(n for p in parts for n in p.parties)))
+
+
+def stack_combine(task: "Task", parts: Sequence[Aggregate]) -> Aggregate:
+    """``combine`` for answers kept per party (e.g. k-means' released centers): every party's arrays
+    carry a leading axis of length 1, and parts are concatenated along it, rows in the order of
+    ``Aggregate.parties`` (associative, so it may run in a tree)."""
+    keys = _checked_arrays(parts)
+    out: Answer = {}
+    for k in keys:
+        arrs = [np.asarray(p.arrays[k]) for p in parts]
+        if any(a.ndim == 0 or a.shape[0] != len(p.parties) or a.shape[1:] != arrs[0].shape[1:]
+               for a, p in zip(arrs, parts)):
+            raise ValueError(f"array {k!r} needs one row per party and equal row shapes")
+        out[k] = np.concatenate(arrs)
+    return Aggregate(out, tuple(n for p in parts for n in p.parties))
+
+
 class PartyAlgorithm(ABC):
     """The party half: spend from public parameters, then clipped and noised answers."""
 
@@ -98,8 +180,17 @@ class PartyAlgorithm(ABC):
         """Raise :class:`TaskRejected` unless ``task`` lies within the plan that ``job_event`` charged."""
 
     @abstractmethod
-    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Answer:
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
+               rng: SecureRNG) -> Answer | Released:
         """Compute the task's release from local records (already validated against ``spec.schema``)."""
+
+    def task_event(self, spec: JobSpec, task: Task) -> DpEvent | None:
+        """The part of the charged plan that answering ``task`` may spend (None: not declared).
+
+        When declared, the events an answer reports (:class:`Released`) must not exceed it, and the
+        composition of every round's ``task_event`` is the job's ``job_event``.
+        """
+        return None
 
     def needs_secure_aggregation(self, spec: JobSpec) -> bool:
         """True when this job's answers are private against the coordinator only if a secure
@@ -116,8 +207,8 @@ class CoordinatorAlgorithm(ABC):
         """The next task, or None when the job is finished."""
 
     @abstractmethod
-    def absorb(self, task: Task, answers: Mapping[str, Answer]) -> None:
-        """Aggregate the parties' answers to ``task`` (keyed by party name)."""
+    def absorb(self, task: Task, combined: Aggregate) -> None:
+        """Take the parties' answers to ``task``, merged by the algorithm's ``combine``."""
 
     @property
     @abstractmethod
@@ -145,3 +236,5 @@ class Algorithm:
     params_from_args: Callable[[argparse.Namespace], dict[str, Any]] | None = None
     default_delta: float = 1e-6
     needs_labels: bool = True
+    #: How answers merge before ``absorb`` (associative: it may run in a tree or under secure aggregation).
+    combine: Callable[[Task, Sequence[Aggregate]], Aggregate] = sum_combine

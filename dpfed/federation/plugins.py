@@ -1,6 +1,6 @@
 """Algorithm lookup for the daemons: the dpfed registry plus optional plugin modules.
 
-A plugin is an importable module defining ``ALGORITHMS: dict[str, dpfed.federated.Algorithm]``
+A plugin is an importable module defining ``ALGORITHMS: dict[str, dpfed.algorithms.contract.Algorithm]``
 (the same shape as the registry's modules); party and coordinator configs may list plugins so a
 deployment can run an algorithm that is not in :mod:`dpfed.algorithms`. Both ends must agree.
 """
@@ -10,7 +10,7 @@ import importlib
 from typing import Sequence
 
 from dpfed.algorithms import get_algorithm
-from dpfed.federated import Algorithm
+from dpfed.algorithms.contract import Algorithm
 
 __all__ = ["load_algorithm"]
 

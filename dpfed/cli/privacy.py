@@ -2,7 +2,7 @@
 
 Like TF Privacy's ``compute_dp_sgd_privacy``: Poisson sampling rate q, T steps, Gaussian noise
 multiplier sigma, add/remove-one neighbours. PLD uses dp-accounting's default grid
-(``dpfed.accounting.PLD_VALUE_DISCRETIZATION`` = 1e-4), so the epsilon printed equals
+(``dpfed.core.accounting.PLD_VALUE_DISCRETIZATION`` = 1e-4), so the epsilon printed equals
 ``PLDAccountant()``'s; ``--pld-discretization`` trades accuracy for speed.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import math
 import sys
 
-from dpfed import accounting
+from dpfed.core import accounting
 
 __all__ = ["add_commands"]
 

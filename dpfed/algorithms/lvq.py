@@ -6,7 +6,7 @@ A job is one initialisation round and T = epochs / q DP-SGD rounds.
   per-class counts (sensitivity 1: exact rounded Gaussian round(sigma Z), charged exactly as the
   Gaussian -- discrete Gaussian shares under distributed noise -- or exact discrete Laplace) and
   per-class coordinate sums of its records rescaled by the public bounds into [-1, 1]^d (rounded to a
-  public grid, exact integer noise: :func:`dpfed.mechanisms.gaussian` / ``laplace``). ``gaussian``: L2
+  public grid, exact integer noise: :func:`dpfed.core.mechanisms.gaussian` / ``laplace``). ``gaussian``: L2
   sensitivity sqrt(d), one Gaussian mechanism split between counts and sums (the two noise
   multipliers compose to exactly the one calibrated for epsilon_1). ``laplace``: the paper's
   mechanism, L1 sensitivity d, pure epsilon split. ``zero``: only counts are released (for the
@@ -17,7 +17,7 @@ A job is one initialisation round and T = epochs / q DP-SGD rounds.
   drops from sqrt(d) to ``init_clip``, which on MNIST cuts the initialisation noise ~1.75x.
 * Rounds 1..T (``step``): the coordinator broadcasts the model; each party Poisson-samples (rate q),
   clips every record's joint gradient (prototypes and Omega) to L2 norm C with ghost norms
-  (:mod:`dpfed.lvq_model`), adds Gaussian noise and returns the sum. The noise is a float Gaussian
+  (:mod:`dpfed.algorithms.lvq_model`), adds Gaussian noise and returns the sum. The noise is a float Gaussian
   from the ChaCha20 keystream (ziggurat), as in Opacus and TF Privacy; ``exact_noise`` puts the sum
   on a public grid with exact rounded-Gaussian noise instead (floating-point safe, slower). The
   coordinator adds the sums, divides by the expected batch size q * n (n from the noisy counts) and steps (SGD with rate
@@ -25,7 +25,7 @@ A job is one initialisation round and T = epochs / q DP-SGD rounds.
   after each step (post-processing).
 * sigma (``noise_multiplier``) is the smallest one for which the PLD composition of the
   initialisation and the T subsampled Gaussian steps meets (epsilon, delta)
-  (:func:`dpfed.accounting.calibrate_noise_multiplier`); it is computed once when the job is
+  (:func:`dpfed.core.accounting.calibrate_noise_multiplier`); it is computed once when the job is
   created, stored in the job's public params, and re-checked by every party before it charges.
 
 Noise placement (``noise``):
@@ -60,14 +60,15 @@ import dp_accounting
 import numpy as np
 from dp_accounting import DpEvent, dp_event
 
-from dpfed import accounting
-from dpfed.estimator import ClassifierScore, EstimatorParams
-from dpfed.federated import Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
-from dpfed.lvq_model import GradientSum, clipped_gradient_sum, predict, rescale
-from dpfed.rng import SecureRNG
-from dpfed.mechanisms import gaussian, laplace
-from dpfed.samplers import sample_discrete_gaussian, sample_discrete_laplace, sample_rounded_gaussian
-from dpfed.schema import DataValidationError, Schema
+from dpfed.core import accounting
+from dpfed.algorithms.driver import run_local as drive_local
+from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
+from dpfed.algorithms.contract import Aggregate, Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
+from dpfed.algorithms.lvq_model import GradientSum, clipped_gradient_sum, predict, rescale
+from dpfed.core.rng import SecureRNG
+from dpfed.core.mechanisms import gaussian, laplace
+from dpfed.core.samplers import sample_discrete_gaussian, sample_discrete_laplace, sample_rounded_gaussian
+from dpfed.data.schema import DataValidationError, Schema
 
 __all__ = ["PrivacyPlan", "privacy_plan", "prepare_params", "LVQParty", "LVQCoordinator", "evaluate",
            "noisy_gradient_sum", "DPGLVQ", "DPGMLVQ", "ALGORITHMS", "DEFAULTS"]
@@ -119,7 +120,7 @@ def _init_noise(init: str, eps1: float, delta: float, count_fraction: float) -> 
         return zc, zs, accounting.compose([dp_accounting.GaussianDpEvent(zc), dp_accounting.GaussianDpEvent(zs)])
     if init == "laplace":
         ec, es = count_fraction * eps1, (1.0 - count_fraction) * eps1
-        # The sums go through the floating-point-safe dpfed.mechanisms.laplace (es-DP); it is charged as
+        # The sums go through the floating-point-safe dpfed.core.mechanisms.laplace (es-DP); it is charged as
         # the worst es-DP mechanism (Kairouz, Oh & Viswanath 2015), valid whatever its grid.
         return 1.0 / ec, 1.0 / es, accounting.compose([dp_event.DiscreteLaplaceDpEvent(ec, 1),
                                                        accounting.EpsilonDeltaDpEvent(es, 0.0)])
@@ -210,7 +211,7 @@ def _init_rows(p: Mapping[str, Any], Z: np.ndarray) -> tuple[np.ndarray, float, 
     if clip > 0:
         if p["init"] == "laplace":
             raise ValueError("init_clip applies to the Gaussian initialisation only")
-        from dpfed.clipping import clip_rows_l2
+        from dpfed.core.clipping import clip_rows_l2
 
         S = clip_rows_l2(S, clip)[0]
         return S, min(clip, reach * math.sqrt(d)), reach * d
@@ -433,24 +434,23 @@ class LVQCoordinator(CoordinatorAlgorithm):
             arrays["omega"] = self.omega.copy()
         return Task(self.spec.job_id, self.round, "step", arrays=arrays)
 
-    def absorb(self, task: Task, answers: Mapping[str, Answer]) -> None:
+    def absorb(self, task: Task, combined: Aggregate) -> None:
         if task.round != self.round:
             raise ValueError(f"answers for round {task.round}, expected round {self.round}")
-        if set(answers) != set(self.parties):
+        if set(combined.parties) != set(self.parties):
             raise ValueError("answers must come from every party of the job")
+        a = combined.arrays
         if task.kind == "init":
-            counts = sum(np.asarray(a["counts"], dtype=np.float64) for a in answers.values())
+            counts = np.asarray(a["counts"], dtype=np.float64)
             self.n_hat = max(float(counts.sum()), 1.0)
-            if "sums" in next(iter(answers.values())):
-                sums = sum(np.asarray(a["sums"], dtype=np.float64) for a in answers.values())
+            if "sums" in a:
+                sums = np.asarray(a["sums"], dtype=np.float64)
                 means = np.clip(_init_center(self.p, self.d) + sums / np.maximum(counts, 1.0)[:, None], -1.0, 1.0)
                 self.W = means[self.labels] + self.W
         else:
-            gW = sum(np.asarray(a["grad_prototypes"], dtype=np.float64) for a in answers.values())
-            parts = [gW.ravel()]
+            parts = [np.asarray(a["grad_prototypes"], dtype=np.float64).ravel()]
             if self.rank:
-                gO = sum(np.asarray(a["grad_omega"], dtype=np.float64) for a in answers.values())
-                parts.append(gO.ravel())
+                parts.append(np.asarray(a["grad_omega"], dtype=np.float64).ravel())
             g = np.concatenate(parts) / (float(self.p["sampling_rate"]) * self.n_hat)
             self._step(g)
         self.round += 1
@@ -514,18 +514,16 @@ def evaluate(model: Mapping[str, np.ndarray], X: np.ndarray, y: np.ndarray | Non
 # ----------------------------------------------------------------------------------- local driver
 
 def run_local(spec: JobSpec, X: np.ndarray, y: np.ndarray, rng: SecureRNG) -> LVQCoordinator:
-    """Drive the same two halves with one party and no ledger (used for the non-private baseline)."""
-    party, coord = LVQParty(), LVQCoordinator(spec, ["local"])
+    """Drive the same two halves with one party and no ledger (private, or the non-private baseline)."""
     X = spec.schema.validate(X, y)
     private = bool({**DEFAULTS, **spec.params}["private"])
-    gen = rng.numpy()
-    Z = rescale(X, spec.schema.lower, spec.schema.upper)
-    while (task := coord.next_task()) is not None:
-        if private:
-            ans = party.answer(spec, task, X, y, rng)
-        else:
-            ans = _nonprivate_answer(spec, task, Z, y, gen)
-        coord.absorb(task, {"local": ans})
+    answer = None
+    if not private:
+        gen = rng.numpy()
+        Z = rescale(X, spec.schema.lower, spec.schema.upper)
+        answer = lambda task: _nonprivate_answer(spec, task, Z, y, gen)  # noqa: E731
+    coord = drive_local(ALGORITHMS[spec.algorithm], spec, X, y, rng, answer=answer, private=private).coordinator
+    assert isinstance(coord, LVQCoordinator)
     return coord
 
 
@@ -608,16 +606,10 @@ class _DPLVQBase(EstimatorParams, ClassifierScore):
             params = prepare_params(params)
         spec = JobSpec(f"estimator-{uuid.uuid4().hex[:12]}", self._algorithm, params, schema)
         rng = SecureRNG() if self.random_state is None else SecureRNG.from_seed(int(self.random_state))
-        if private:
-            from dpfed.simulation import run_inprocess
-
-            res = run_inprocess(spec, [(X, idx)], seed=self.random_state)
-            model, self.summary_ = res.model, res.summary
-            self.epsilon_spent_ = res.epsilon_spent
-        else:
-            coord = run_local(spec, X, idx, rng)
-            model, self.summary_ = coord.model(), coord.summary()
-            self.epsilon_spent_ = math.inf
+        run = drive_local(ALGORITHMS[self._algorithm], spec, X, idx, rng, private=private, answer=None if private else (
+            lambda task, Z=rescale(X, lo, hi), gen=rng.numpy(): _nonprivate_answer(spec, task, Z, idx, gen)))
+        model, self.summary_ = run.coordinator.model(), run.coordinator.summary()
+        self.epsilon_spent_ = accounting.epsilon(run.event, float(self.delta)) if private else math.inf
         self.classes_ = classes
         self.model_ = model
         scale = 2.0 / (hi - lo)  # z = scale * (x - lo) - 1

@@ -2,7 +2,7 @@
 
 Names resolve, in order: ``blobs:...`` (generated), a path to a ``.npz``/``.csv`` file, a file
 ``NAME.npz`` in ``data_dir`` (default ``../shared/data`` beside the project when it exists), then the
-copies bundled in ``dpfed/data``. Every dataset comes with a :class:`~dpfed.schema.Schema` whose
+copies bundled in ``dpfed/data``. Every dataset comes with a :class:`~dpfed.data.schema.Schema` whose
 domains and bounds are public (see ``_PUBLIC_BOUNDS``), never computed from the records.
 """
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from dpfed.schema import DataValidationError, Feature, Schema
+from dpfed.data.schema import DataValidationError, Feature, Schema
 
 __all__ = ["Dataset", "load_dataset", "make_blobs", "split_parties", "kfold_indices", "default_data_dir"]
 
-_BUNDLED = Path(__file__).with_name("data")
+_BUNDLED = Path(__file__).resolve().parent
 
 # Public bounds of numeric columns, from the data's documentation rather than from the records.
 _PUBLIC_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
@@ -67,7 +67,7 @@ def default_data_dir() -> Path | None:
     """``$DPFED_DATA_DIR``, else ``../shared/data`` beside the project root (or the cwd), if it exists."""
     env = os.environ.get("DPFED_DATA_DIR")
     candidates = [Path(env)] if env else []
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parent.parent.parent
     candidates += [root.parent / "shared" / "data", Path.cwd().parent / "shared" / "data", Path.cwd() / "shared" / "data"]
     for c in candidates:
         if c.is_dir():
@@ -99,7 +99,7 @@ def _load_path(path: Path) -> Dataset:
     if path.suffix == ".npz":
         return _load_npz(path, path.stem)
     raise DataValidationError(f"{path}: a CSV file needs a schema; load it through a party config "
-                              "(party.data.load_table) rather than by name")
+                              "(dpfed.data.files.load_table) rather than by name")
 
 
 def _schema_for(name: str, z: np.lib.npyio.NpzFile, d: int, n_classes: int) -> Schema:

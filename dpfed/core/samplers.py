@@ -1,7 +1,7 @@
 """Exact discrete samplers (Canonne, Kamath & Steinke 2020, "The Discrete Gaussian for DP").
 
 Every output law is exactly the stated pmf (Mironov 2012's attack has nothing to exploit): samples
-are built from uniform random integers from :class:`dpfed.rng.SecureRNG` by integer arithmetic,
+are built from uniform random integers from :class:`dpfed.core.rng.SecureRNG` by integer arithmetic,
 and each irrational decision ("is the uniform real U below e^-gamma?") is taken by float64 only
 where a proven error margin settles it, else exactly with more random bits and mpmath interval
 arithmetic (lazy comparison, as in von Neumann's and Karney's exact samplers). Every algorithm is a
@@ -25,7 +25,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpfed.rng import SecureRNG
+from dpfed.core.rng import SecureRNG
 
 __all__ = [
     "bernoulli_exp",
@@ -223,7 +223,7 @@ def laplace_fraction(scale: float | Fraction) -> Fraction:
     f = _check_positive_param(scale, "scale")
     f = _ceil_fraction(f, _LAPLACE_MAX_DEN if f < 2**30 else 1)
     if f.numerator > MAX_LAPLACE_SCALE:
-        raise ValueError(f"discrete Laplace scale too large for exact int64 sampling (max 2**52)")
+        raise ValueError("discrete Laplace scale too large for exact int64 sampling (max 2**52)")
     return f
 
 

@@ -1,0 +1,23 @@
+"""Layer 3, algorithms: the party/coordinator contract, the registry, one module per algorithm, and
+the scikit-learn-style estimators (``DPNaiveBayes``, ``DPGLVQ``, ``DPGMLVQ``, ``DPKMeans``).
+
+Imports only :mod:`dpfed.core` and :mod:`dpfed.data`; neither grpc nor ray.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from dpfed.algorithms.registry import add_algorithm_arguments, algorithm_names, get_algorithm
+
+__all__ = ["get_algorithm", "algorithm_names", "add_algorithm_arguments",
+           "DPNaiveBayes", "DPGLVQ", "DPGMLVQ", "DPKMeans"]
+
+_ESTIMATORS = {"DPNaiveBayes": "naive_bayes", "DPGLVQ": "lvq", "DPGMLVQ": "lvq", "DPKMeans": "kmeans"}
+
+
+def __getattr__(name: str) -> Any:  # estimators load their module only when asked for
+    if name in _ESTIMATORS:
+        import importlib
+
+        return getattr(importlib.import_module(f"dpfed.algorithms.{_ESTIMATORS[name]}"), name)
+    raise AttributeError(f"module 'dpfed.algorithms' has no attribute {name!r}")

@@ -1,0 +1,103 @@
+"""Run a federated job in one process: the same party sessions and driver loop, no sockets.
+
+For unit tests and research sweeps. Every party decides and answers through its own
+:class:`~dpfed.federation.session.PartySession` (charge the whole plan to its ledger first, answer
+only planned tasks, each round once), exactly as the party daemon does; the coordinator half runs
+in :func:`~dpfed.algorithms.driver.drive`. The gRPC simulation (``dpfed simulate``) runs the same
+sessions in party processes.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from dpfed.algorithms import get_algorithm
+from dpfed.algorithms.contract import Aggregate, JobSpec, Task
+from dpfed.algorithms.driver import drive
+from dpfed.core.errors import DpfedError
+from dpfed.core.ledger import BudgetLedger
+from dpfed.federation.session import PartyContext, PartySession, decide
+
+__all__ = ["SimulationResult", "run_inprocess", "PURE_DP_DELTA", "JobRefused", "make_parties"]
+
+#: The delta at which a pure-DP job (delta = 0) is measured: PLD reports an infinite epsilon at 0.
+PURE_DP_DELTA = 1e-12
+
+
+class JobRefused(DpfedError, RuntimeError):
+    """A simulated party refused the job (the reason is the party's own)."""
+
+
+@dataclass
+class SimulationResult:
+    model: dict[str, np.ndarray]
+    summary: dict[str, Any]
+    epsilon_spent: float                 # the largest spend of any party for this job
+    party_epsilon: dict[str, float] = field(default_factory=dict)
+    rounds: int = 0
+    wall_seconds: float = 0.0
+
+
+def default_ledger(spec: JobSpec, path: str = ":memory:") -> BudgetLedger:
+    """A ledger whose limit is the job's own target (what a simulated party allows)."""
+    return BudgetLedger(path, epsilon_limit=spec.epsilon * (1 + 1e-9),
+                        delta_limit=spec.delta if spec.delta > 0 else PURE_DP_DELTA)
+
+
+def make_parties(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarray | None]], *,
+                 seed: int | None = None, ledgers: Sequence[BudgetLedger] | None = None,
+                 party_names: Sequence[str] | None = None) -> list[PartyContext]:
+    """One :class:`PartyContext` per (X, y): records validated against the job's schema."""
+    names = list(party_names) if party_names is not None else [f"party-{i}" for i in range(len(party_data))]
+    if len(names) != len(party_data):
+        raise ValueError("one name per party")
+    if ledgers is None:
+        ledgers = [default_ledger(spec) for _ in names]
+    out = []
+    for name, (X, y), ledger in zip(names, party_data, ledgers):
+        Xv = spec.schema.validate(X, y)
+        out.append(PartyContext(name, Xv, None if y is None else np.asarray(y, dtype=np.int64), spec.schema, ledger,
+                                secure_aggregation=True, seed=seed))
+    return out
+
+
+def open_sessions(spec: JobSpec, parties: Sequence[PartyContext]) -> list[PartySession]:
+    """Every party decides the offer; raise :class:`JobRefused` (or ``BudgetExceededError``) on a refusal."""
+    sessions = []
+    for party in parties:
+        d = decide(party, spec)
+        if not d.accept:
+            if d.budget_error is not None:
+                raise d.budget_error
+            raise JobRefused(f"party {party.name!r} refused job {spec.job_id}: {d.reason}")
+        assert d.session is not None
+        sessions.append(d.session)
+    return sessions
+
+
+def run_inprocess(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarray | None]], *,
+                  seed: int | None = None, ledgers: Sequence[BudgetLedger] | None = None,
+                  party_names: Sequence[str] | None = None,
+                  progress: Callable[[float], None] | None = None) -> SimulationResult:
+    """Run ``spec`` over parties holding ``party_data`` [(X, y), ...]; return the model and spends.
+
+    ``seed`` makes every party's noise reproducible (simulation only; production parties use
+    ``SecureRNG()``). ``ledgers`` default to in-memory ledgers whose limit is the job's own target.
+    """
+    t0 = time.perf_counter()
+    algo = get_algorithm(spec.algorithm)
+    parties = make_parties(spec, party_data, seed=seed, ledgers=ledgers, party_names=party_names)
+    sessions = open_sessions(spec, parties)  # every party charges the whole job before any answer
+    coord = algo.coordinator(spec, [p.name for p in parties])
+
+    def gather(task: Task) -> list[Aggregate]:
+        return [Aggregate(s.answer(task), (s.party.name,)) for s in sessions]
+
+    rounds = drive(coord, gather, algo.combine,
+                   on_round=None if progress is None else (lambda task, c: progress(c.progress)))
+    spent = {p.name: p.ledger.spent(spec.job_id) for p in parties}
+    return SimulationResult(model=coord.model(), summary=coord.summary(), epsilon_spent=max(spent.values()),
+                            party_epsilon=spent, rounds=rounds, wall_seconds=time.perf_counter() - t0)
