@@ -33,6 +33,7 @@ Certificates are verified once per job (cached by fingerprint).
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import math
 import os
 import secrets
@@ -242,12 +243,33 @@ def neighbourhoods(parties: Sequence[str], degree: int | None, seed: bytes) -> d
 
 # ----------------------------------------------------------------------------------- masks
 
+_CHUNK = 1 << 16  # keystream words per step: a 512 KB buffer stays in cache and is reused
+_ZEROS = bytes(8 * _CHUNK)
+
+
+def _add_masks(acc: np.ndarray, masks: Sequence[tuple[bytes, bool]], round_: int) -> None:
+    """acc += sum of +-PRG(seed) mod 2^64 over (seed, negative) pairs; PRG = ChaCha20 keystream
+    (256-bit seed, nonce from ``round_``) read as little-endian uint64, chunk by chunk."""
+    nonce = struct.pack("<QQ", 0, round_)  # 64-bit block counter (0) then the round as nonce
+    encs = [(Cipher(algorithms.ChaCha20(seed, nonce), mode=None).encryptor(), neg) for seed, neg in masks]
+    buf = bytearray(8 * _CHUNK)
+    words = np.frombuffer(buf, dtype="<u8")
+    zeros = memoryview(_ZEROS)
+    for lo in range(0, acc.size, _CHUNK):
+        n = min(_CHUNK, acc.size - lo)
+        part = acc[lo:lo + n]
+        for enc, neg in encs:
+            enc.update_into(zeros[: 8 * n], buf)
+            if neg:
+                part -= words[:n]
+            else:
+                part += words[:n]
+
+
 def expand_mask(seed: bytes, round_: int, d: int, bits: int) -> np.ndarray:
     """d uint64 words of the ChaCha20 keystream (256-bit ``seed``, nonce from ``round_``) mod 2^bits."""
-    buf = bytearray(8 * d)
-    nonce = struct.pack("<QQ", 0, round_)  # 64-bit block counter (0) then the round as nonce
-    Cipher(algorithms.ChaCha20(seed, nonce), mode=None).encryptor().update_into(bytes(8 * d), buf)
-    m = np.frombuffer(buf, dtype="<u8").astype(np.uint64, copy=False)
+    m = np.zeros(d, dtype=np.uint64)
+    _add_masks(m, [(seed, False)], round_)
     if bits < 64:
         m &= np.uint64((1 << bits) - 1)
     return m
@@ -544,7 +566,7 @@ class SecAggClient:
         bits = self.config.bits
         if x.size and int(x.max()) >> bits:
             raise ValueError(f"x_mod has entries >= 2^{bits}")
-        digest = _hkdf(x.tobytes(), b"dpfed-secagg-input-digest")
+        digest = hashlib.sha256(x.tobytes()).digest()
         if st.y is not None:
             if digest != st.x_digest:
                 raise ProtocolError(f"round {r}: a second, different input (its mask would cancel)")
@@ -572,17 +594,10 @@ class SecAggClient:
             held[e.sender] = (ss, bs)
         if len(held) + 1 < self.config.threshold:
             raise ProtocolError(f"round {r}: only {len(held)} neighbours shared keys")
-        d = x.size
+        pairs = [(pairwise_seed(st.s_sk.exchange(x25519.X25519PublicKey.from_public_bytes(st.adverts[v].s_pk)),
+                                self.config.job_id, r, self.name, v), v < self.name) for v in sorted(held)]
         acc = x.astype(np.uint64, copy=True)
-        acc += expand_mask(st.b, r, d, 64)
-        for v in sorted(held):
-            k = pairwise_seed(st.s_sk.exchange(x25519.X25519PublicKey.from_public_bytes(st.adverts[v].s_pk)),
-                              self.config.job_id, r, self.name, v)
-            m = expand_mask(k, r, d, 64)
-            if self.name < v:
-                acc += m
-            else:
-                acc -= m
+        _add_masks(acc, [(st.b, False)] + pairs, r)  # party u adds +m_uv if u < v, else -m_uv
         if bits < 64:
             acc &= np.uint64((1 << bits) - 1)
         st.held, st.y, st.x_digest = held, acc, digest
@@ -701,21 +716,17 @@ class SecAggServer:
         total = np.zeros(d, dtype=np.uint64)
         for v in req.survivors:
             total += st.inputs[v]
-            total -= expand_mask(_reconstruct_secret(b_sh.get(v, []), t), r, d, 64)
+        masks = [(_reconstruct_secret(b_sh.get(v, []), t), True) for v in req.survivors]  # remove +PRG(b_v)
         surv = set(req.survivors)
         for u in req.dropped:
-            sk_raw = _reconstruct_secret(s_sh.get(u, []), t)
-            sk = x25519.X25519PrivateKey.from_private_bytes(sk_raw)
+            sk = x25519.X25519PrivateKey.from_private_bytes(_reconstruct_secret(s_sh.get(u, []), t))
             pk = sk.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
             if pk != st.adverts[u].s_pk:
                 raise ReconstructionError(f"round {r}: reconstructed mask key of {u!r} does not match its advert")
             for v in sorted(v for v in surv if u in st.mask_sets.get(v, ())):
-                m = expand_mask(pairwise_seed(sk.exchange(x25519.X25519PublicKey.from_public_bytes(st.adverts[v].s_pk)),
-                                              job, r, u, v), r, d, 64)
-                if v < u:  # v added +m, remove it
-                    total -= m
-                else:
-                    total += m
+                k = pairwise_seed(sk.exchange(x25519.X25519PublicKey.from_public_bytes(st.adverts[v].s_pk)), job, r, u, v)
+                masks.append((k, v < u))  # survivor v added +m_uv if v < u: remove it
+        _add_masks(total, masks, r)
         if bits < 64:
             total &= np.uint64((1 << bits) - 1)
         return total

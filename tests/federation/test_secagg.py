@@ -327,10 +327,19 @@ def test_second_different_input_in_a_round_is_refused(pki):
         c.masked_input(0, np.arange(1, 5, dtype=np.uint64), [])
 
 
-def test_masking_speed_smoke():
-    """The mask expansion is vectorised: 10^6 words in well under a second (benchmark has the target)."""
-    import time
+def test_mask_is_the_chacha20_keystream_mod_2_to_the_b():
+    """The chunked mask expansion equals one direct ChaCha20 keystream read as little-endian words
+    (d spans several chunks and a partial one), reduced mod 2^B; a negative mask cancels it."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
-    t0 = time.perf_counter()
-    m = sa.expand_mask(b"\x01" * 32, 3, 10**6, 20)
-    assert time.perf_counter() - t0 < 1.0 and m.dtype == np.uint64 and int(m.max()) < 1 << 20
+    d, seed = 3 * (1 << 16) + 5, bytes(range(32))
+    nonce = (0).to_bytes(8, "little") + (7).to_bytes(8, "little")
+    ks = Cipher(algorithms.ChaCha20(seed, nonce), mode=None).encryptor().update(bytes(8 * d))
+    ref = [int.from_bytes(ks[8 * i:8 * i + 8], "little") for i in (0, 1, 65535, 65536, 131073, d - 1)]
+    m = sa.expand_mask(seed, 7, d, 20)
+    assert [int(m[i]) for i in (0, 1, 65535, 65536, 131073, d - 1)] == [v % (1 << 20) for v in ref]
+    np.testing.assert_array_equal(sa.expand_mask(seed, 7, d, 64), np.frombuffer(ks, dtype="<u8"))
+    acc = np.arange(d, dtype=np.uint64)
+    sa._add_masks(acc, [(seed, False), (seed, True)], 7)
+    np.testing.assert_array_equal(acc, np.arange(d, dtype=np.uint64))
+    assert not np.array_equal(sa.expand_mask(seed, 8, 16, 64), sa.expand_mask(seed, 7, 16, 64))
