@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from coordinator.certs import init_ca, issue
+from dpfed.federation.certs import init_ca, issue
 from dpfed.federation import secagg as sa
 
 RESULTS = Path(__file__).resolve().parent / "results" / "secagg.md"

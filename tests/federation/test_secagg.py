@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, x25519
 from scipy.stats import chi2
 
-from coordinator.certs import init_ca, issue
+from dpfed.federation.certs import init_ca, issue
 from dpfed.federation import secagg as sa
 
 ALPHA = 1e-6  # false-alarm rate of each chi-square uniformity test below
