@@ -5,7 +5,7 @@
 Measures (1) wall time of the whole 5-party simulation of naive Bayes on adult (process start,
 TLS, offer/charge, rounds, model fetch, shutdown), next to the same job in one process; (2) round
 latency: rounds per second of a small multi-round job (``noisy-mean``, a Laplace mean, see
-tests/net_noisy_mean.py); (3) throughput for large arrays: every round broadcasts a 5 MiB array
+tests/support/net_noisy_mean.py); (3) throughput for large arrays: every round broadcasts a 5 MiB array
 to each party and each party answers 5 MiB (the size of an MNIST GMLVQ answer); the parties' own
 work (655k Laplace draws each per round) is included, so (4) times the codec alone. Prints a markdown
 table and writes bench/results/simulation.md. Timings depend on the machine's load; say so.
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # the noisy-mean plugin lives beside the tests
+sys.path.insert(0, str(ROOT / "tests" / "support"))  # the noisy-mean plugin lives in the tests' support modules
 
 from dpfed.simulation.grpc_local import run_grpc_simulation  # noqa: E402
 from dpfed.data.datasets import load_dataset, split_parties  # noqa: E402

@@ -16,7 +16,7 @@ import yaml
 
 from dpfed.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 
 
@@ -40,7 +40,7 @@ def test_k8s_configmaps_hold_valid_configs(tmp_path):
     assert tomllib.loads(cm["data"]["party.toml"])["ledger"].startswith("/state")
 
 
-def test_compose_demo_configs_run_a_job(tmp_path, capsys):
+def test_compose_demo_configs_run_a_job(tmp_path, capsys, adult):
     env = dict(os.environ)
     data, certs = tmp_path / "data", tmp_path / "certs"
     subprocess.run([sys.executable, str(DEPLOY / "compose/make_demo_data.py"), str(data)], check=True,
@@ -87,9 +87,7 @@ def test_compose_demo_configs_run_a_job(tmp_path, capsys):
         assert main(["model", "get", "demo", "-o", str(tmp_path / "model.npz"), *conn]) == 0
         capsys.readouterr()
         from dpfed.algorithms import get_algorithm
-        from dpfed.data.datasets import load_dataset
-
-        ds = load_dataset("adult")
+        ds = adult
         with np.load(tmp_path / "model.npz") as z:
             model = {k: z[k] for k in z.files}
         acc = get_algorithm("naive-bayes").evaluate(model, ds.X_test, ds.y_test, ds.schema)["test_accuracy"]

@@ -14,7 +14,7 @@ import pytest
 from dpfed.federation.session import TaskError
 
 from dpfed.core import accounting
-from dpfed.data.datasets import kfold_indices, load_dataset
+from dpfed.data.datasets import kfold_indices
 from dpfed.algorithms.contract import JobSpec, Task, TaskRejected
 from dpfed.core.ledger import BudgetExceededError, BudgetLedger
 from dpfed.algorithms.lvq import (DEFAULTS, DPGLVQ, DPGMLVQ, LVQCoordinator, LVQParty, add_arguments, params_from_args,
@@ -220,8 +220,8 @@ def test_cli_options_and_params() -> None:
     assert set(DEFAULTS) <= set(params)
 
 
-def test_estimator_api_and_accuracy_on_segmentation() -> None:
-    ds = load_dataset("segmentation")
+def test_estimator_api_and_accuracy_on_segmentation(segmentation) -> None:
+    ds = segmentation
     tr, te = kfold_indices(len(ds.X), 5, seed=0)[0]
     bounds = (ds.schema.lower, ds.schema.upper)
     m = DPGMLVQ(epsilon=2.5, bounds=bounds, classes=np.arange(7), random_state=0, epochs=20)

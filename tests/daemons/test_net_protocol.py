@@ -12,21 +12,16 @@ import pytest
 from dpfed.core.accounting import event_to_json
 from dpfed.algorithms.contract import JobSpec, Task
 from dpfed.core.rng import SecureRNG
-from net_helpers import (SCHEMA, ThreadParty, admin, make_pki, party_config, party_data, raw_stub, register,
-                         start_coordinator)
+from net_helpers import (SCHEMA, admin, party_data, raw_stub, register)
 from net_noisy_mean import NoisyMeanParty
 from protos import dpfed_pb2 as pb
 from protos.codec import PROTOCOL_VERSION, ArrayAssembler, encode_arrays
 
 
 @pytest.fixture()
-def net(tmp_path):
-    pki = make_pki(tmp_path, parties=2)
-    server = start_coordinator(pki, tmp_path / "state")
-    party0 = ThreadParty(party_config(pki, tmp_path, "party-0", server.port))
-    yield pki, server, tmp_path
-    party0.stop()
-    server.stop(0.5)
+def net(pki, coordinator, thread_party, tmp_path):
+    thread_party("party-0", coordinator.port)
+    return pki, coordinator, tmp_path
 
 
 def _err(fn) -> grpc.RpcError:

@@ -25,7 +25,7 @@ from protos import dpfed_pb2_grpc as pbg
 from protos.codec import PROTOCOL_VERSION, channel_options
 from dpfed.federation.tls import TlsFiles, channel_credentials
 
-TESTS = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parent  # on sys.path: the plugin below is imported by name
 PLUGINS = ("net_noisy_mean",)
 SCHEMA = Schema.numeric_box(3, 0.0, 1.0)
 
@@ -82,6 +82,7 @@ class ThreadParty:
     def __init__(self, config: PartyConfig) -> None:
         self.daemon = PartyDaemon.from_config(config)
         self.error: BaseException | None = None
+        self.stopped = False
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -92,13 +93,17 @@ class ThreadParty:
             self.error = exc
 
     def stop(self) -> None:
+        """Stop the daemon and wait for its thread; a second call does nothing."""
+        if self.stopped:
+            return
+        self.stopped = True
         self.daemon.stop()
         self.thread.join(timeout=10)
         self.daemon.close()
 
 
 def spawn_party(toml: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), *[p for p in sys.path if p]]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SUPPORT), *[p for p in sys.path if p]]))
     return subprocess.Popen([sys.executable, "-m", "party.daemon", "--config", str(toml), "--log-level", "WARNING"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 

@@ -15,18 +15,13 @@ from coordinator.server import serve
 from coordinator.config import CoordinatorConfig
 from dpfed.cli import main
 from dpfed.core.ledger import BudgetLedger
-from net_helpers import (PLUGINS, ThreadParty, admin, make_pki, party_config, spawn_party, start_coordinator,
+from net_helpers import (PLUGINS, ThreadParty, admin, party_config, spawn_party, start_coordinator,
                          wait_until)
 
 
 def _ledger_ids(path) -> list[str]:
     with BudgetLedger(path, epsilon_limit=100.0, delta_limit=1e-6) as led:
         return led.charge_ids()
-
-
-@pytest.fixture()
-def pki(tmp_path):
-    return make_pki(tmp_path, parties=2)
 
 
 def test_party_over_budget_refuses_and_the_operator_sees_why(pki, tmp_path, capsys):

@@ -15,7 +15,7 @@ from dpfed.core.rng import SecureRNG
 from dpfed.core import samplers
 from dpfed.core.samplers import sample_rounded_gaussian
 
-from test_samplers import chi2_pvalue
+from sampler_checks import chi2_pvalue, dgauss_pmf
 
 ALPHA = 1e-4
 
@@ -44,7 +44,6 @@ def test_chi_square_has_power():
 def test_not_a_discrete_gaussian():
     """At sigma = 0.6 the rounded and the discrete Gaussian differ (P(0) = 0.595 vs 0.664): the
     test tells them apart, so the chi-square above really checks *this* law."""
-    from test_samplers import dgauss_pmf
 
     x = sample_rounded_gaussian(0.6, 400_000, rng("not-dg"))
     assert chi2_pvalue(x, lambda xs: dgauss_pmf(xs, 0.6)) < ALPHA
@@ -141,7 +140,6 @@ def test_lazy_bernoulli_exact_fallback_has_the_conditional_law():
 
 # -- discrete Gaussian (step density by rejection from the Laplace law) -----------------------------
 def test_discrete_gaussian_exact_path_alone_has_the_law():
-    from test_samplers import dgauss_pmf
 
     sigma = 1.3
     t, m = samplers._dg_envelope(sigma)

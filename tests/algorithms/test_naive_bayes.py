@@ -25,11 +25,6 @@ from dpfed.simulation import run_inprocess
 pytestmark = pytest.mark.filterwarnings("ignore::dpfed.core.rng.ReproducibleSeedWarning")
 
 
-@pytest.fixture(scope="module")
-def adult():
-    return load_dataset("adult")
-
-
 def _spec(schema: Schema, eps: float = 1.0, delta: float = 0.0, **kw) -> JobSpec:
     return JobSpec("job-nb", "naive-bayes", {"epsilon": eps, "delta": delta, **kw}, schema)
 

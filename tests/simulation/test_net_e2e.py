@@ -16,7 +16,7 @@ import pytest
 from dpfed.simulation.grpc_local import SimulationError, run_grpc_simulation
 from dpfed.cli import main
 from dpfed.algorithms.contract import JobSpec
-from net_helpers import PLUGINS, SCHEMA, TESTS, make_pki, party_config
+from net_helpers import PLUGINS, SCHEMA, SUPPORT, make_pki, party_config
 
 EPS = 1.0
 
@@ -76,7 +76,7 @@ def test_a_party_with_bad_data_stops_the_simulation_with_its_reason(tmp_path):
 def test_deployment_through_the_cli(tmp_path, capsys):
     """Daemons are started as commands in their own processes; operator commands run through dpfed.cli.main."""
     pki = make_pki(tmp_path, parties=2)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), *[p for p in sys.path if p]]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SUPPORT), *[p for p in sys.path if p]]))
     c = pki.files("coordinator")
     (tmp_path / "coordinator.toml").write_text(
         f'listen = "127.0.0.1:0"\nstate_dir = "state"\nplugins = {json.dumps(list(PLUGINS))}\n'
@@ -126,14 +126,14 @@ def test_deployment_through_the_cli(tmp_path, capsys):
     assert coord.returncode == 0
 
 
-def test_naive_bayes_on_adult_over_grpc():
+def test_naive_bayes_on_adult_over_grpc(adult):
     """The issue's main job: 5 party processes, mutual TLS, naive Bayes on adult at epsilon 1."""
     pytest.importorskip("dpfed.core.mechanisms")
     from dpfed.algorithms import get_algorithm
-    from dpfed.data.datasets import load_dataset, split_parties
+    from dpfed.data.datasets import split_parties
 
     algo = get_algorithm("naive-bayes")
-    ds = load_dataset("adult")
+    ds = adult
     data = split_parties(ds.X_train, ds.y_train, 5, "iid", np.random.default_rng(0))
     spec = JobSpec("nb-e2e", "naive-bayes", {"epsilon": 1.0, "delta": algo.default_delta}, ds.schema)
     res = run_grpc_simulation(spec, data, seed=0)

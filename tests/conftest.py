@@ -1,0 +1,68 @@
+"""Shared fixtures for the whole suite; the tests are arranged by layer (core, data, algorithms,
+federation, daemons, simulation, cli) like the package.
+
+No test module imports another. What several tests share lives here (fixtures) or in
+``tests/support/``, a directory of plain modules that are not tests: ``net_helpers`` (PKI,
+coordinator, party daemons and raw stubs for the networking tests), ``net_noisy_mean`` (a small real
+DP algorithm the daemons load by name through their ``plugins`` setting) and ``sampler_checks``
+(goodness-of-fit helpers). ``tests/support`` is put on ``sys.path`` here; the simulation runner and
+``net_helpers.spawn_party`` pass ``sys.path`` on to the daemon processes they start, so a party
+*process* imports the ``net_noisy_mean`` plugin by name too.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+SUPPORT = Path(__file__).resolve().parent / "support"
+if str(SUPPORT) not in sys.path:
+    sys.path.insert(0, str(SUPPORT))
+
+from dpfed.data.datasets import Dataset, load_dataset  # noqa: E402
+from net_helpers import Pki, ThreadParty, make_pki, party_config, start_coordinator  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def adult() -> Dataset:
+    """The bundled UCI Adult data set (train and test split), loaded once."""
+    return load_dataset("adult")
+
+
+@pytest.fixture(scope="session")
+def segmentation() -> Dataset:
+    """The bundled UCI Image Segmentation data set, loaded once."""
+    return load_dataset("segmentation")
+
+
+@pytest.fixture()
+def pki(tmp_path: Path) -> Pki:
+    """A real certificate authority under ``tmp_path`` with certificates for the coordinator, the
+    operator and party-0..2, plus an unrelated 'evil' CA whose certificates must be refused."""
+    return make_pki(tmp_path)
+
+
+@pytest.fixture()
+def coordinator(pki: Pki, tmp_path: Path) -> Iterator:
+    """A coordinator over mutual TLS on a free loopback port (state in ``tmp_path/state``), stopped after the test."""
+    server = start_coordinator(pki, tmp_path / "state")
+    yield server
+    server.stop(0.5)
+
+
+@pytest.fixture()
+def thread_party(pki: Pki, tmp_path: Path) -> Iterator[Callable[..., ThreadParty]]:
+    """Factory: ``thread_party(name, port, **party_config_options)`` starts a real party daemon in a
+    thread (config, data and ledger under ``tmp_path/name``); every party started is stopped after the test."""
+    started: list[ThreadParty] = []
+
+    def start(name: str, port: int, **kw) -> ThreadParty:
+        party = ThreadParty(party_config(pki, tmp_path, name, port, **kw))
+        started.append(party)
+        return party
+
+    yield start
+    for party in started:
+        party.stop()
