@@ -37,12 +37,8 @@ from dp_accounting.dp_event import DpEvent
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import special
 
-try:
-    from dpfed.core.rng import SecureRNG
-    from dpfed.core.samplers import sample_discrete_gaussian
-except ImportError:  # pragma: no cover - before the layering commit (removed after the rebase)
-    from dpfed.rng import SecureRNG  # type: ignore[no-redef]
-    from dpfed.samplers import sample_discrete_gaussian  # type: ignore[no-redef]
+from dpfed.core.rng import SecureRNG
+from dpfed.core.samplers import sample_discrete_gaussian
 
 __all__ = [
     "DistributedDiscreteGaussianDpEvent", "DistributedNoisePlan", "RDP_ORDERS",

@@ -16,12 +16,8 @@ from scipy import linalg, special, stats
 
 from dpfed.core import distributed_noise as dn
 
-try:
-    from dpfed.core.rng import SecureRNG
-    from dpfed.core.samplers import sample_discrete_gaussian
-except ImportError:  # before the layering commit
-    from dpfed.rng import SecureRNG
-    from dpfed.samplers import sample_discrete_gaussian
+from dpfed.core.rng import SecureRNG
+from dpfed.core.samplers import sample_discrete_gaussian
 
 ALPHA = 1e-4
 Z_TWO_SIDED = stats.norm.isf(ALPHA / 2)
@@ -380,3 +376,35 @@ def test_plan_meets_target_for_the_honest_survivors():
     more = dn.plan_distributed_noise(2.0, 1e-5, clip=1.0, dimension=10_000, bits=16, parties=8,
                                      survivors_min=6, colluders=4, sampling_rate=0.05, steps=200)
     assert more.sigma_share * more.gamma > 1.3 * plan.sigma_share * plan.gamma
+
+
+# --------------------------------------------------------------------------- ledger integration
+
+def test_accounting_composes_serialises_and_charges_the_event():
+    from dpfed.core import accounting
+    from dpfed.core.ledger import BudgetExceededError, BudgetLedger
+
+    plan = dn.plan_distributed_noise(1.0, 1e-5, clip=1.0, dimension=4096, bits=16, parties=5,
+                                     survivors_min=4, colluders=1, sampling_rate=0.02, steps=300)
+    ev = plan.event()
+    assert accounting.event_from_json(accounting.event_to_json(ev)) == ev
+    # dpfed's RDP accountant on this module's orders gives exactly this module's epsilon
+    acc = accounting._RDPAccountant(orders=[float(a) for a in dn.RDP_ORDERS])
+    acc.compose(ev)
+    inner = ev.event.event
+    assert acc.get_epsilon(1e-5) == pytest.approx(
+        dn.ddgauss_epsilon(inner, 1e-5, sampling_rate=0.02, steps=300), rel=1e-12)
+    # default (partly fractional) orders: a valid bound too, close to it
+    eps = accounting.epsilon(ev, 1e-5, accountant="rdp")
+    assert 0.95 < eps < 1.05
+    # composition with another release adds RDP curves
+    both = accounting.compose([ev, accounting.DiscreteGaussianDpEvent(30.0, 1)])
+    assert accounting.epsilon(both, 1e-5, accountant="rdp") > eps
+    with pytest.raises(accounting.AccountingError, match="rdp"):
+        accounting.epsilon(ev, 1e-5, accountant="pld")
+    with pytest.raises(accounting.AccountingError, match="add/remove"):
+        accounting.epsilon(ev, 1e-5, accountant="rdp", neighbouring="replace_one")
+    with BudgetLedger(":memory:", epsilon_limit=1.2, delta_limit=1e-5, accountant="rdp") as ledger:
+        assert ledger.charge("job-1", ev) == pytest.approx(eps)
+        with pytest.raises(BudgetExceededError):
+            ledger.charge("job-2", ev)
