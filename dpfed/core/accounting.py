@@ -30,12 +30,15 @@ from dp_accounting.dp_event import DpEvent
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
+from dpfed.core.distributed_noise import (DistributedDiscreteGaussianDpEvent, event_invalid,
+                                         event_rdp)
+
 __all__ = [
     "Neighbouring", "Accountant", "PLD_VALUE_DISCRETIZATION", "AccountingError",
     "make_accountant", "epsilon", "delta", "compose", "flatten", "parallel_epsilon",
     "sequential_basic", "advanced_composition", "dp_sgd_event", "dp_sgd_epsilon",
     "calibrate_noise_multiplier", "event_to_json", "event_from_json", "DpEvent",
-    "EpsilonDeltaDpEvent", "DiscreteGaussianDpEvent",
+    "EpsilonDeltaDpEvent", "DiscreteGaussianDpEvent", "DistributedDiscreteGaussianDpEvent",
 ]
 
 Neighbouring = Literal["add_remove", "replace_one"]
@@ -530,7 +533,8 @@ class DiscreteGaussianDpEvent(DpEvent):
 _DG_TRUNCATION_DELTA = 2e-30
 
 _EXTRA_EVENTS: dict[str, type] = {"EpsilonDeltaDpEvent": EpsilonDeltaDpEvent,
-                                  "DiscreteGaussianDpEvent": DiscreteGaussianDpEvent}
+                                  "DiscreteGaussianDpEvent": DiscreteGaussianDpEvent,
+                                  "DistributedDiscreteGaussianDpEvent": DistributedDiscreteGaussianDpEvent}
 
 
 def _dg_invalid(event: "DiscreteGaussianDpEvent") -> str | None:
@@ -542,15 +546,39 @@ def _dg_invalid(event: "DiscreteGaussianDpEvent") -> str | None:
     return None
 
 
+#: dp-accounting nests this class in PrivacyAccountant (there is no module-level name).
+_CompositionError = privacy_accountant.PrivacyAccountant.CompositionErrorDetails
+
+
 class _RDPAccountant(rdp_privacy_accountant.RdpAccountant):
     """dp-accounting's RDP accountant that also composes :class:`DiscreteGaussianDpEvent`
-    (as the zCDP event it provably satisfies)."""
+    (as the zCDP event it provably satisfies) and :class:`DistributedDiscreteGaussianDpEvent`,
+    alone or Poisson-subsampled (add/remove only), by the curve of
+    :func:`dpfed.core.distributed_noise.event_rdp` (KLS21 Prop. 14; Zhu & Wang 2019 Thm. 6)."""
 
     def _maybe_compose(self, event, count, do_compose):  # type: ignore[override]
+        inner, q = event, 1.0
+        if (isinstance(event, dp_accounting.PoissonSampledDpEvent)
+                and isinstance(event.event, DistributedDiscreteGaussianDpEvent)):
+            inner, q = event.event, float(event.sampling_probability)
+            if self._neighboring_relation is not privacy_accountant.NeighboringRelation.ADD_OR_REMOVE_ONE:
+                return _CompositionError(
+                    invalid_event=event, error_message="a Poisson-subsampled "
+                    "DistributedDiscreteGaussianDpEvent is accounted under add/remove only")
+            if not 0 <= q <= 1:
+                return _CompositionError(
+                    invalid_event=event, error_message="sampling_probability must be in [0, 1]")
+        if isinstance(inner, DistributedDiscreteGaussianDpEvent):
+            bad = event_invalid(inner)
+            if bad:
+                return _CompositionError(invalid_event=event, error_message=bad)
+            if do_compose and count > 0:
+                self._rdp += count * event_rdp(inner, self._orders, q)
+            return None
         if isinstance(event, DiscreteGaussianDpEvent):
             bad = _dg_invalid(event)
             if bad:
-                return privacy_accountant.CompositionErrorDetails(invalid_event=event, error_message=bad)
+                return _CompositionError(invalid_event=event, error_message=bad)
             rho = event.sensitivity ** 2 / (2.0 * event.sigma ** 2)
             return super()._maybe_compose(dp_accounting.ZCDpEvent(rho), count, do_compose)
         return super()._maybe_compose(event, count, do_compose)
@@ -558,12 +586,19 @@ class _RDPAccountant(rdp_privacy_accountant.RdpAccountant):
 
 class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
     """dp-accounting's PLD accountant that also composes :class:`EpsilonDeltaDpEvent` and
-    :class:`DiscreteGaussianDpEvent`."""
+    :class:`DiscreteGaussianDpEvent`. It refuses :class:`DistributedDiscreteGaussianDpEvent`
+    (its only bound is an RDP curve): account distributed noise with ``accountant="rdp"``."""
 
     def _maybe_compose(self, event, count, do_compose):  # type: ignore[override]
+        if isinstance(event, DistributedDiscreteGaussianDpEvent) or (
+                isinstance(event, dp_accounting.PoissonSampledDpEvent)
+                and isinstance(event.event, DistributedDiscreteGaussianDpEvent)):
+            return _CompositionError(
+                invalid_event=event, error_message="DistributedDiscreteGaussianDpEvent has an RDP "
+                "bound only (KLS21): use accountant='rdp' (a ledger created with accountant='rdp')")
         if isinstance(event, EpsilonDeltaDpEvent):
             if not (event.epsilon >= 0 and math.isfinite(event.epsilon) and 0 <= event.delta <= 1):
-                return privacy_accountant.CompositionErrorDetails(
+                return _CompositionError(
                     invalid_event=event, error_message="EpsilonDeltaDpEvent needs epsilon >= 0, 0 <= delta <= 1")
             if do_compose and count > 0:
                 from dp_accounting.pld import common, privacy_loss_distribution
@@ -575,7 +610,7 @@ class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
         if isinstance(event, DiscreteGaussianDpEvent):
             bad = _dg_invalid(event)
             if bad:
-                return privacy_accountant.CompositionErrorDetails(invalid_event=event, error_message=bad)
+                return _CompositionError(invalid_event=event, error_message=bad)
             if do_compose and count > 0:
                 from dp_accounting.pld import common, privacy_loss_distribution
                 pld = privacy_loss_distribution.from_discrete_gaussian_mechanism(
