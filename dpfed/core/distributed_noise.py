@@ -55,6 +55,7 @@ RDP_ORDERS = np.array(list(range(2, 129)) + [160, 192, 256, 384, 512], dtype=np.
 DEFAULT_BETA = math.exp(-0.5)
 _MAX_BITS = 62
 _HADAMARD_BLOCK_BITS = 7  # H_{2^k} = kron of H_128 blocks: each stage one BLAS product
+_CHUNK_ELEMENTS = 1 << 22  # rows are encoded in chunks of about this many coordinates
 _ROTATION_DOMAIN = b"dpfed.distributed_noise.rotation.v1\x00"
 
 
@@ -276,8 +277,12 @@ def quantize(x: np.ndarray, plan: DistributedNoisePlan, *, seed: bytes,
     rows = np.atleast_2d(np.asarray(x, dtype=np.float64))
     if rows.shape[-1] != plan.dimension:
         raise ValueError(f"expected vectors of dimension {plan.dimension}, got {rows.shape[-1]}")
-    scaled = rotate(clip_rows(rows, plan.clip), seed) * (1.0 / plan.gamma)
-    return conditional_round(scaled, plan.l2_sensitivity, rng).sum(axis=0)
+    total = np.zeros(plan.padded_dimension, dtype=np.int64)
+    step = max(1, _CHUNK_ELEMENTS // plan.padded_dimension)  # bounded memory for many rows
+    for lo in range(0, rows.shape[0], step):
+        scaled = rotate(clip_rows(rows[lo:lo + step], plan.clip), seed) * (1.0 / plan.gamma)
+        total += conditional_round(scaled, plan.l2_sensitivity, rng).sum(axis=0)
+    return total
 
 
 def add_noise_mod(values: np.ndarray, sigma_share: float, bits: int, rng: SecureRNG) -> np.ndarray:
