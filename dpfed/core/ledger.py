@@ -12,6 +12,13 @@ threads or processes cannot overspend.
 Identical events are grouped into ``SelfComposedDpEvent`` counts (see
 :func:`dpfed.core.accounting.compose`), so composing thousands of charges stays one PLD
 ``self_compose`` per distinct mechanism.
+
+The same database records what left the owner, with the same durability and locking as a
+charge: a job's parameters digest (``jobs``: a job id means one set of parameters forever, stored
+in the transaction of the job's first charge) and every answered round (``answers``: job, round,
+digest of the task, digest of the answer), with the bytes of each job's latest answer
+(``latest_answers``) so a repeat of that round gets the identical bytes, never a new draw
+(:meth:`BudgetLedger.record_answer`).
 """
 from __future__ import annotations
 
@@ -24,19 +31,37 @@ import threading
 import time
 import uuid
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 
 from dp_accounting.dp_event import DpEvent
 
 from dpfed.core import accounting
 
-__all__ = ["BudgetLedger", "BudgetExceededError", "LedgerError"]
+__all__ = ["BudgetLedger", "BudgetExceededError", "LedgerError", "JobConflictError", "AnswerConflictError",
+           "StoredAnswer"]
 
 _SCHEMA_VERSION = "1"
 
 
 class LedgerError(DpfedError, RuntimeError):
     """The ledger file is unusable or inconsistent with the requested configuration."""
+
+
+class JobConflictError(DpfedError, ValueError):
+    """A job id already recorded with other parameters (a job is its id *and* its parameters)."""
+
+
+class AnswerConflictError(DpfedError, ValueError):
+    """An answer the ledger refuses to record: an older round, or an answered round for another task."""
+
+
+class StoredAnswer(NamedTuple):
+    """A job's latest recorded answer: its round, the digests of task and answer, and the answer's bytes."""
+
+    round: int
+    task_digest: str
+    answer_digest: str
+    data: bytes
 
 
 class BudgetExceededError(DpfedError):
@@ -118,6 +143,13 @@ class BudgetLedger:
                 " epsilon_limit REAL NOT NULL,"
                 " delta_limit REAL NOT NULL,"
                 " created_at REAL NOT NULL)")
+            c.execute("CREATE TABLE IF NOT EXISTS jobs (job TEXT PRIMARY KEY, params_digest TEXT NOT NULL,"
+                      " created_at REAL NOT NULL)")
+            c.execute("CREATE TABLE IF NOT EXISTS answers (job TEXT NOT NULL, round INTEGER NOT NULL,"
+                      " task_digest TEXT NOT NULL, answer_digest TEXT NOT NULL, created_at REAL NOT NULL,"
+                      " PRIMARY KEY (job, round))")
+            c.execute("CREATE TABLE IF NOT EXISTS latest_answers (job TEXT PRIMARY KEY, round INTEGER NOT NULL,"
+                      " task_digest TEXT NOT NULL, answer_digest TEXT NOT NULL, data BLOB NOT NULL)")
             want = {"schema_version": _SCHEMA_VERSION, "accountant": self.accountant,
                     "neighbouring": self.neighbouring,
                     "pld_discretization": repr(self.pld_discretization)}
@@ -159,12 +191,16 @@ class BudgetLedger:
             neighbouring=self.neighbouring, pld_discretization=self.pld_discretization)
 
     # ------------------------------------------------------------------ API
-    def charge(self, job: str, event: DpEvent, *, charge_id: str | None = None) -> float:
+    def charge(self, job: str, event: DpEvent, *, charge_id: str | None = None,
+               params_digest: str | None = None) -> float:
         """Charge ``event`` to ``job``; return the owner's new total epsilon (at delta_limit).
 
         Atomic and durable: returns only after the charge is committed to disk. Idempotent on
         ``charge_id`` (a repeat returns the current total and charges nothing). Raises
         :class:`BudgetExceededError` (recording nothing) when the limit would be exceeded.
+        ``params_digest`` binds the job id to its parameters in the same transaction: a job
+        recorded with another digest, or charged before without one, raises
+        :class:`JobConflictError` and charges nothing.
         """
         if not isinstance(job, str) or not job:
             raise ValueError("job must be a non-empty string")
@@ -177,6 +213,8 @@ class BudgetLedger:
             c = self._db()
             c.execute("BEGIN IMMEDIATE")
             try:
+                if params_digest is not None:
+                    self._bind_job(c, job, params_digest)
                 if charge_id is not None:
                     row = c.execute("SELECT job, event FROM charges WHERE charge_id = ?",
                                     (cid,)).fetchone()
@@ -208,6 +246,89 @@ class BudgetLedger:
             self._job_charges[job] += 1
             self._seen_seq = seq
             return after
+
+    @staticmethod
+    def _bind_job(c: sqlite3.Connection, job: str, digest: str) -> None:
+        """Inside a write transaction: record ``job`` -> ``digest``, or check the recorded one."""
+        row = c.execute("SELECT params_digest FROM jobs WHERE job = ?", (job,)).fetchone()
+        if row is not None:
+            if row[0] != digest:
+                raise JobConflictError(f"job id {job!r} was already used with other parameters at this party")
+            return
+        if c.execute("SELECT 1 FROM charges WHERE job = ? LIMIT 1", (job,)).fetchone() is not None:
+            raise JobConflictError(f"job id {job!r} was already charged without a recorded parameters digest")
+        c.execute("INSERT INTO jobs (job, params_digest, created_at) VALUES (?, ?, ?)", (job, digest, time.time()))
+
+    def params_digest(self, job: str) -> str | None:
+        """The parameters digest recorded for ``job`` (None: the job id is new)."""
+        with self._lock:
+            row = self._db().execute("SELECT params_digest FROM jobs WHERE job = ?", (job,)).fetchone()
+            return None if row is None else str(row[0])
+
+    # ------------------------------------------------------------------ answers
+    def record_answer(self, job: str, round: int, task_digest: str, answer_digest: str,
+                      data: bytes) -> StoredAnswer:
+        """Durably record that ``job`` answered ``round`` (before the answer leaves); return what is stored.
+
+        One exclusive, durable transaction, like a charge. The job must have been charged. Rounds
+        only move forward: an older round, or the latest round with another task digest, raises
+        :class:`AnswerConflictError`; the latest round with the same task returns the answer
+        already stored (the caller sends those bytes, never a new draw). Only the latest round's
+        bytes are kept per job; every round's digests are kept.
+        """
+        if not isinstance(round, int) or isinstance(round, bool) or round < 0:
+            raise ValueError("round must be an integer >= 0")
+        with self._lock:
+            c = self._db()
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                if c.execute("SELECT 1 FROM charges WHERE job = ? LIMIT 1", (job,)).fetchone() is None:
+                    raise AnswerConflictError(f"job {job!r} has no charge at this party: nothing may be answered")
+                row = c.execute("SELECT round, task_digest, answer_digest, data FROM latest_answers WHERE job = ?",
+                                (job,)).fetchone()
+                if row is not None:
+                    last = StoredAnswer(int(row[0]), str(row[1]), str(row[2]), bytes(row[3]))
+                    if round < last.round:
+                        raise AnswerConflictError(f"round {round} is older than the last answered round {last.round}")
+                    if round == last.round:
+                        if task_digest != last.task_digest:
+                            raise AnswerConflictError(f"round {round} was already answered for a different task")
+                        c.execute("COMMIT")
+                        return last
+                c.execute("INSERT INTO answers (job, round, task_digest, answer_digest, created_at)"
+                          " VALUES (?, ?, ?, ?, ?)", (job, round, task_digest, answer_digest, time.time()))
+                c.execute("INSERT OR REPLACE INTO latest_answers (job, round, task_digest, answer_digest, data)"
+                          " VALUES (?, ?, ?, ?, ?)", (job, round, task_digest, answer_digest, sqlite3.Binary(data)))
+                c.execute("COMMIT")
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
+            return StoredAnswer(round, task_digest, answer_digest, bytes(data))
+
+    def last_answer(self, job: str, *, with_data: bool = True) -> StoredAnswer | None:
+        """The latest answer recorded for ``job`` (``data`` is ``b""`` unless ``with_data``), or None."""
+        cols = "round, task_digest, answer_digest" + (", data" if with_data else "")
+        with self._lock:
+            row = self._db().execute(f"SELECT {cols} FROM latest_answers WHERE job = ?", (job,)).fetchone()
+        if row is None:
+            return None
+        return StoredAnswer(int(row[0]), str(row[1]), str(row[2]), bytes(row[3]) if with_data else b"")
+
+    def answered_rounds(self, job: str) -> list[tuple[int, str, str]]:
+        """(round, task digest, answer digest) of every round ``job`` answered, in round order."""
+        with self._lock:
+            rows = self._db().execute("SELECT round, task_digest, answer_digest FROM answers WHERE job = ?"
+                                      " ORDER BY round", (job,)).fetchall()
+        return [(int(r), str(t), str(a)) for r, t, a in rows]
+
+    def pragmas(self) -> dict[str, str]:
+        """The connection's durability settings (journal mode, synchronous level), for checks."""
+        with self._lock:
+            c = self._db()
+            return {"journal_mode": str(c.execute("PRAGMA journal_mode").fetchone()[0]).lower(),
+                    "synchronous": {0: "off", 1: "normal", 2: "full", 3: "extra"}.get(
+                        int(c.execute("PRAGMA synchronous").fetchone()[0]), "?")}
 
     def would_exceed(self, event: DpEvent) -> bool:
         """Dry run: would charging ``event`` now exceed the limit? Changes nothing."""

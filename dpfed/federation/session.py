@@ -7,20 +7,31 @@ workers. None of them decides, charges, checks or answers by itself.
    the party's own, an unknown algorithm, a job needing labels the party lacks, or one needing
    secure aggregation the party does not run; compute the plan's ``DpEvent`` from the public
    parameters only; charge it durably to the party's ledger under ``JOB:plan`` (the ledger refuses
-   it over the limit). Nothing raised while deciding escapes: it becomes a refusal with a reason.
+   it over the limit). A job is its id *and* its parameters (:func:`spec_digest`, bound to the id
+   in the charge's transaction): an id seen before with other parameters is refused; with the same
+   parameters the offer is a **resume** (a coordinator restarted, a party came back): nothing is
+   charged again and the session continues after the last round this party answered. Nothing
+   raised while deciding escapes: it becomes a refusal with a reason.
 2. **Answer** (:meth:`PartySession.answer`): check the task against the plan (``check_task``),
-   answer each round at most once (a repeat of the same task gets the stored answer, never a new
-   draw; any other repeat or an older round is refused), compute the answer, check generically
-   that the events the answer reports lie within the round's planned event and that every array
-   is finite, record what was answered, and return it. A failure while computing an answer
-   leaves the party only as the exception's type (its message may hold record values).
+   answer each round at most once, durably: before an answer leaves, (job, round, task digest,
+   answer digest, answer bytes) is committed to the ledger's database
+   (:meth:`~dpfed.core.ledger.BudgetLedger.record_answer`, as durable as a charge, surviving a
+   restart). A repeat of the latest round with the same task gets the identical stored bytes,
+   never a new draw; a different task for an answered round and any older round are refused.
+   Noise is never re-derived for another task: a resumed seeded session keys its generator by
+   the round it resumes at. Compute the answer, check generically that the events the answer
+   reports lie within the round's planned event and that every array is finite (defence in
+   depth: the algorithms' own releases are finite by construction), record it, and return it. A
+   failure while computing an answer leaves the party only as the exception's type (its message
+   may hold record values, so it is not logged either).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
-from dataclasses import dataclass, field
+import struct
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -28,12 +39,13 @@ from dp_accounting import DpEvent
 
 from dpfed.algorithms.contract import Algorithm, Answer, JobSpec, PartyAlgorithm, Released, Task, TaskRejected
 from dpfed.core import accounting
-from dpfed.core.ledger import BudgetExceededError, BudgetLedger
+from dpfed.core.ledger import AnswerConflictError, BudgetExceededError, BudgetLedger, JobConflictError
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import Schema
 from dpfed.federation.plugins import load_algorithm
 
-__all__ = ["PartyContext", "Decision", "PartySession", "TaskError", "decide", "task_digest"]
+__all__ = ["PartyContext", "Decision", "PartySession", "TaskError", "decide", "task_digest", "spec_digest",
+           "pack_answer", "unpack_answer"]
 
 log = logging.getLogger("dpfed.party")
 
@@ -55,10 +67,13 @@ class PartyContext:
     secure_aggregation: bool = False   # accept jobs whose privacy needs secure aggregation (simulations)
     seed: int | str | None = None      # SIMULATIONS ONLY: reproducible noise per (seed, job, party)
 
-    def rng_for(self, job_id: str) -> SecureRNG:
+    def rng_for(self, job_id: str, resume_round: int = 0) -> SecureRNG:
+        """The job's noise generator; a seeded one resumed at round r > 0 gets its own stream (a
+        restarted stream would re-use noise already released for other tasks)."""
         if self.seed is None:
             return SecureRNG()
-        return SecureRNG.from_seed(f"{self.seed}:{job_id}:{self.name}")
+        key = f"{self.seed}:{job_id}:{self.name}" + (f":resume:{resume_round}" if resume_round > 0 else "")
+        return SecureRNG.from_seed(key)
 
 
 @dataclass
@@ -73,6 +88,7 @@ class Decision:
     epsilon_total: float = 0.0
     session: "PartySession | None" = None
     budget_error: BudgetExceededError | None = None  # set when the ledger refused the charge
+    resumed: bool = False  # the job was charged before (same id and parameters): nothing charged now
 
     @property
     def event_json(self) -> str:
@@ -89,6 +105,31 @@ def task_digest(task: Task) -> str:
         h.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode())
         h.update(a.tobytes())
     return h.hexdigest()
+
+
+def spec_digest(spec: JobSpec) -> str:
+    """SHA-256 of a job's canonical JSON (id, algorithm, parameters, schema): what a job *is*."""
+    return hashlib.sha256(spec.to_json().encode()).hexdigest()
+
+
+def pack_answer(arrays: Answer) -> bytes:
+    """An answer as bytes (a JSON header of names, dtypes and shapes, then each raw buffer)."""
+    items = [(str(k), np.ascontiguousarray(arrays[k])) for k in sorted(arrays)]
+    header = json.dumps([[k, a.dtype.str, list(a.shape)] for k, a in items]).encode()
+    return b"".join([struct.pack("<Q", len(header)), header, *(a.tobytes() for _, a in items)])
+
+
+def unpack_answer(data: bytes) -> Answer:
+    """The inverse of :func:`pack_answer` (fresh, writable arrays)."""
+    (n,) = struct.unpack_from("<Q", data)
+    pos, out = 8 + n, {}
+    for name, dtype, shape in json.loads(data[8:pos]):
+        dt = np.dtype(dtype)
+        size = dt.itemsize * int(np.prod(shape, dtype=np.int64))
+        out[name] = np.frombuffer(data, dtype=dt, count=size // dt.itemsize if dt.itemsize else 0,
+                                  offset=pos).reshape(shape).copy()
+        pos += size
+    return out
 
 
 def _jsonable(obj: Any) -> Any:
@@ -117,6 +158,13 @@ def decide(party: PartyContext, offer: JobSpec | str) -> Decision:
 
     if spec.schema.to_dict() != party.schema.to_dict():
         return refuse("the job's schema differs from this party's declared schema")
+    digest = spec_digest(spec)
+    try:
+        prior = party.ledger.params_digest(job_id)
+    except Exception as exc:  # noqa: BLE001
+        return refuse(f"ledger unavailable: {exc}")
+    if prior is not None and prior != digest:
+        return refuse(f"job id {job_id!r} was already used with other parameters at this party")
     try:
         algo = load_algorithm(spec.algorithm, party.plugins)
     except Exception as exc:  # noqa: BLE001
@@ -135,22 +183,32 @@ def decide(party: PartyContext, offer: JobSpec | str) -> Decision:
     except Exception as exc:  # noqa: BLE001 - the daemon never dies because of a job's parameters
         return refuse(f"bad job parameters: {type(exc).__name__}: {exc}")
     try:  # durable before anything of this job leaves the party
-        total = party.ledger.charge(job_id, event, charge_id=f"{job_id}:plan")
+        total = party.ledger.charge(job_id, event, charge_id=f"{job_id}:plan", params_digest=digest)
+    except JobConflictError as exc:
+        return refuse(str(exc))
     except BudgetExceededError as exc:
         refusal = refuse(str(exc))
         refusal.budget_error = exc
         return refusal
     except Exception as exc:  # noqa: BLE001 - e.g. the charge id was used for another event
         return refuse(f"ledger refused the charge: {exc}")
-    log.info("job %s accepted (%s); ledger total epsilon %.6g", job_id, spec.algorithm, total)
-    session = PartySession(party, spec, algo, half, event, party.rng_for(job_id))
+    try:
+        last = party.ledger.last_answer(job_id, with_data=False)
+    except Exception as exc:  # noqa: BLE001
+        return refuse(f"ledger unavailable: {exc}")
+    resume_round = 0 if last is None else last.round + 1
+    resumed = prior is not None
+    log.info("job %s %s (%s); ledger total epsilon %.6g", job_id,
+             f"resumed at round {resume_round}, nothing charged again" if resumed else "accepted",
+             spec.algorithm, total)
+    session = PartySession(party, spec, algo, half, event, party.rng_for(job_id, resume_round))
     return Decision(True, job_id, event=event, epsilon_job=party.ledger.spent(job_id), epsilon_total=total,
-                    session=session)
+                    session=session, resumed=resumed)
 
 
 @dataclass
 class PartySession:
-    """One accepted job at one party: checks and answers its tasks, each round at most once."""
+    """One accepted job at one party: checks and answers its tasks, each round at most once, durably."""
 
     party: PartyContext
     spec: JobSpec
@@ -158,25 +216,29 @@ class PartySession:
     half: PartyAlgorithm
     event: DpEvent
     rng: SecureRNG
-    answered: dict[int, tuple[str, Answer]] = field(default_factory=dict)  # round -> (task digest, answer)
 
     @property
     def last_round(self) -> int:
-        return max(self.answered, default=-1)
+        """The latest round this party answered for the job (-1: none), from the ledger."""
+        last = self.party.ledger.last_answer(self.spec.job_id, with_data=False)
+        return -1 if last is None else last.round
 
     def answer(self, task: Task) -> Answer:
         """The answer to ``task``, or :class:`TaskError` with a public reason."""
-        if task.job_id != self.spec.job_id:
-            raise TaskError(f"task rejected: it belongs to job {task.job_id!r}, not {self.spec.job_id!r}")
+        job = self.spec.job_id
+        if task.job_id != job:
+            raise TaskError(f"task rejected: it belongs to job {task.job_id!r}, not {job!r}")
+        if not isinstance(task.round, (int, np.integer)) or isinstance(task.round, bool) or task.round < 0:
+            raise TaskError("task rejected: the round must be an integer >= 0")
         digest = task_digest(task)
-        if task.round in self.answered:
-            seen, stored = self.answered[task.round]
-            if seen != digest:
+        last = self.party.ledger.last_answer(job, with_data=False)
+        if last is not None and task.round <= last.round:
+            if task.round < last.round:
+                raise TaskError(f"task rejected: round {task.round} is older than the last answered round "
+                                f"{last.round}")
+            if last.task_digest != digest:
                 raise TaskError(f"task rejected: round {task.round} was already answered for a different task")
-            return stored  # the same bytes again: no new draw, no new spend
-        if task.round < self.last_round:
-            raise TaskError(f"task rejected: round {task.round} is older than the last answered round "
-                            f"{self.last_round}")
+            return self._stored(self.party.ledger.last_answer(job))  # the same bytes: no new draw, no new spend
         try:
             self.half.check_task(self.spec, task)
             planned = self.half.task_event(self.spec, task)
@@ -188,15 +250,28 @@ class PartySession:
         except TaskRejected as exc:
             raise TaskError(f"task rejected: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - the message may hold data: only its type leaves the party
-            log.exception("job %s round %d: answer failed", self.spec.job_id, task.round)
+            log.error("job %s round %d: answer failed (%s; message withheld: it may hold record values)",
+                      job, task.round, type(exc).__name__)
             raise TaskError(f"the party failed to compute its answer ({type(exc).__name__}; "
                             "see the party's log)") from None
         arrays = out.arrays if isinstance(out, Released) else out
         if isinstance(out, Released) and planned is not None:
             _check_within(out.events, planned, task)
         _check_finite(arrays)
-        self.answered = {task.round: (digest, arrays)}  # only the latest round may legitimately be repeated
-        return arrays
+        data = pack_answer(arrays)
+        answer_digest = hashlib.sha256(data).hexdigest()
+        try:  # durable before the bytes leave; a concurrent identical request gets the stored answer
+            stored = self.party.ledger.record_answer(job, int(task.round), digest, answer_digest, data)
+        except AnswerConflictError as exc:
+            raise TaskError(f"task rejected: {exc}") from None
+        return {k: np.asarray(v) for k, v in arrays.items()} if stored.answer_digest == answer_digest \
+            else self._stored(stored)
+
+    @staticmethod
+    def _stored(stored: Any) -> Answer:
+        if stored is None or hashlib.sha256(stored.data).hexdigest() != stored.answer_digest:
+            raise TaskError("internal error: the stored answer does not match its digest; nothing was sent")
+        return unpack_answer(stored.data)
 
 
 def _check_within(events: Sequence[DpEvent], planned: DpEvent, task: Task) -> None:

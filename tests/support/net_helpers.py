@@ -60,11 +60,15 @@ def party_data(n: int = 200, seed: int = 0) -> np.ndarray:
 
 
 def party_config(pki: Pki, root: Path, name: str, port: int, *, epsilon_limit: float = 10.0,
-                 data: np.ndarray | None = None, seed: int | None = 0, write_toml: bool = False) -> PartyConfig | Path:
+                 data: np.ndarray | None = None, seed: int | None = 0, write_toml: bool = False,
+                 labels: np.ndarray | None = None, schema: Schema = SCHEMA) -> PartyConfig | Path:
     pdir = root / name
     pdir.mkdir(parents=True, exist_ok=True)
-    np.savez(pdir / "data.npz", X=party_data(seed=sum(map(ord, name))) if data is None else data)
-    (pdir / "schema.json").write_text(SCHEMA.to_json())
+    arrays = {"X": party_data(seed=sum(map(ord, name))) if data is None else data}
+    if labels is not None:
+        arrays["y"] = labels
+    np.savez(pdir / "data.npz", **arrays)
+    (pdir / "schema.json").write_text(schema.to_json())
     f = pki.files(name)
     values = {"name": name, "coordinator": f"127.0.0.1:{port}", "data": str(pdir / "data.npz"),
               "ledger": str(pdir / "ledger.sqlite"), "epsilon_limit": epsilon_limit, "delta_limit": 1e-6,

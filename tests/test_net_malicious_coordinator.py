@@ -1,0 +1,125 @@
+"""A party cannot be tricked by its coordinator (issue 10, findings 1-8).
+
+A real party daemon connects over mutual TLS to a coordinator of the test's own
+(:mod:`evil_coordinator`: the real protocol and stubs, a valid coordinator certificate) that repeats
+rounds, offers finished jobs again, poisons broadcasts and sends absurd parameters. Every check is on
+the bytes the party actually sent and on its ledger.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpfed.algorithms import get_algorithm, lvq
+from dpfed.algorithms.contract import JobSpec
+from dpfed.data.schema import Schema
+from evil_coordinator import EvilCoordinator
+from net_helpers import ThreadParty, make_pki, party_config
+
+SCHEMA = Schema.numeric_box(3, 0.0, 1.0, n_classes=2)
+
+
+def _records(n: int = 300, seed: int = 0, classes: tuple[int, ...] = (0, 1)) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(size=(n, 3))
+    return X, np.asarray(classes)[rng.integers(0, len(classes), n)].astype(np.int64)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_pki(tmp_path_factory.mktemp("pki"), parties=2)
+
+
+@pytest.fixture()
+def evil(pki, tmp_path):
+    """(coordinator, party thread, ledger): one real party daemon connected to the hostile coordinator."""
+    with EvilCoordinator(pki.files("coordinator")) as ev:
+        X, y = _records()
+        cfg = party_config(pki, tmp_path, "party-0", ev.port, data=X, labels=y, schema=SCHEMA, seed=None,
+                           epsilon_limit=50.0)
+        party = ThreadParty(cfg)
+        try:
+            ev.wait_registered()
+            yield ev, party, party.daemon.ledger
+        finally:
+            party.stop()
+            assert party.error is None
+
+
+def _spec(job: str, algorithm: str, **params) -> JobSpec:
+    params = {"epsilon": 1.0, "delta": 1e-6, **params}
+    if algorithm in ("glvq", "gmlvq"):
+        params = lvq.prepare_params(params)
+    return JobSpec(job, algorithm, params, SCHEMA)
+
+
+def _first_task(spec: JobSpec):
+    return get_algorithm(spec.algorithm).coordinator(spec, ["party-0"]).next_task()
+
+
+# ------------------------------------------------------------------------------------- finding 1
+
+@pytest.mark.parametrize("algorithm,repeats", [("naive-bayes", 8), ("kmeans", 4), ("glvq", 3)])
+def test_a_repeated_round_is_answered_with_the_identical_bytes(evil, algorithm, repeats):
+    ev, _, ledger = evil
+    spec = _spec(f"rep-{algorithm}", algorithm)
+    assert ev.offer(spec).accept
+    t = _first_task(spec)
+    results = [ev.task(spec.job_id, t.round, t.kind, t.params, t.arrays) for _ in range(repeats)]
+    assert not results[0].error and results[0].raw
+    assert all(r.raw == results[0].raw and not r.error for r in results)  # one draw, sent `repeats` times
+    assert ledger.charge_ids(spec.job_id) == [f"{spec.job_id}:plan"]
+    assert [r for r, _, _ in ledger.answered_rounds(spec.job_id)] == [0]
+
+
+def test_an_answered_round_with_another_task_and_older_rounds_are_refused(evil):
+    ev, _, ledger = evil
+    spec = _spec("lvq-rounds", "glvq", epochs=1, sampling_rate=0.25)
+    assert ev.offer(spec).accept
+    coord = lvq.LVQCoordinator(spec, ["party-0"])
+    init = ev.task(spec.job_id, 0, "init")
+    W = coord.W
+    step1 = ev.task(spec.job_id, 1, "step", arrays={"prototypes": W})
+    assert not init.error and not step1.error
+    again = ev.task(spec.job_id, 1, "step", arrays={"prototypes": W + 0.25})  # same round, other model
+    assert "already answered for a different task" in again.error and not again.raw
+    older = ev.task(spec.job_id, 0, "init")
+    assert "older than the last answered round 1" in older.error
+    beyond = ev.task(spec.job_id, 10**9, "step", arrays={"prototypes": W})
+    assert "beyond the charged plan" in beyond.error
+    assert ev.task(spec.job_id, 1, "step", arrays={"prototypes": W}).raw == step1.raw
+    assert ledger.charge_ids(spec.job_id) == [f"{spec.job_id}:plan"]
+
+
+# ------------------------------------------------------------------------------------- finding 2
+
+@pytest.mark.parametrize("algorithm", ["naive-bayes", "glvq"])
+def test_a_job_offered_again_after_its_end_costs_nothing_and_replays(evil, algorithm):
+    ev, _, ledger = evil
+    spec = _spec(f"again-{algorithm}", algorithm, epochs=1, sampling_rate=0.5) if algorithm == "glvq" \
+        else _spec("again-nb", algorithm)
+    first = ev.offer(spec)
+    assert first.accept
+    t = _first_task(spec)
+    answers = [ev.task(spec.job_id, t.round, t.kind, t.params, t.arrays)]
+    if algorithm == "glvq":
+        coord = lvq.LVQCoordinator(spec, ["party-0"])
+        for r in (1, 2):
+            answers.append(ev.task(spec.job_id, r, "step", arrays={"prototypes": coord.W}))
+    assert not any(a.error for a in answers)
+    ev.end(spec.job_id)
+    total = ledger.spent()
+
+    again = ev.offer(spec)  # the same id and parameters: a resume, charged once only
+    assert again.accept and again.epsilon_total == pytest.approx(total)
+    assert ledger.charge_ids(spec.job_id) == [f"{spec.job_id}:plan"] and ledger.spent() == total
+    last = len(answers) - 1
+    replay = ev.task(spec.job_id, last, t.kind if last == 0 else "step", t.params if last == 0 else {},
+                     t.arrays if last == 0 else {"prototypes": lvq.LVQCoordinator(spec, ["party-0"]).W})
+    assert replay.raw == answers[-1].raw and not replay.error
+    if last:
+        assert "older" in ev.task(spec.job_id, 0, "init").error
+    other = ev.offer(_spec(spec.job_id, algorithm, epsilon=0.5, **({"epochs": 1, "sampling_rate": 0.5}
+                                                                    if algorithm == "glvq" else {})))
+    assert not other.accept and "already used with other parameters" in other.reason
+    assert ledger.charge_ids() == [f"{spec.job_id}:plan"]
