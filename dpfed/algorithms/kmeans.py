@@ -372,21 +372,28 @@ def _dp_lloyd_step(X: np.ndarray, C: np.ndarray, lower: np.ndarray, upper: np.nd
 
 def fit_private(X: np.ndarray, lower: np.ndarray, upper: np.ndarray, plan: KMeansPlan, rng: SecureRNG, *,
                 per_cluster: int = 10, max_blocks: int = 2000, block_size: int = 0, anchor_seed: int = 0,
-                info: dict[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                info: dict[str, Any] | None = None, strict: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """One party's private k-means under ``plan`` (already charged): (centers (k, d), noisy sizes (k,)).
 
-    ``X`` must lie in the public box [lower, upper] (checked). ``info`` (if given) receives
-    non-private diagnostics for tests and benchmarks; it must never leave the party.
+    ``strict=False`` (a party answering a charged task): nothing here fails because of the records,
+    since a failure after the charge would tell whether they are few or odd. Records are clamped into
+    the public box, the number of blocks m comes from the *noisy* count, and a block holding fewer
+    than k records answers the k public anchors (a function of that block alone, so one record still
+    changes one block's answer). ``strict=True`` (a data owner's local estimator): those cases raise
+    a clear error instead. ``info`` (if given) receives non-private diagnostics for tests and
+    benchmarks; it must never leave the party.
     """
     X = np.asarray(X, dtype=np.float64)
     k = plan.k
     if X.ndim != 2 or X.shape[1] != len(lower):
         raise ValueError(f"expected records with {len(lower)} numeric columns")
-    if len(X) == 0:
+    if strict and len(X) == 0:
         raise ValueError("no records: a party needs data to fit k-means")
     outside = int(np.sum(np.any((X < lower) | (X > upper), axis=1)))
-    if outside:
+    if outside and strict:
         raise ValueError(f"{outside} record(s) lie outside the public domain box; clip or fix the schema bounds")
+    if outside or not np.all(np.isfinite(X)):
+        X = np.clip(np.nan_to_num(X, nan=0.0), lower, upper)
     np_rng = rng.numpy()  # non-privacy randomness: block assignment, k-means++ in blocks, start
     if plan.method == "lloyd":
         C = lower + np_rng.random((k, len(lower))) * (upper - lower)
@@ -394,15 +401,18 @@ def fit_private(X: np.ndarray, lower: np.ndarray, upper: np.ndarray, plan: KMean
         n_noisy = int(_dl(np.array([len(X)]), plan.count_noise, rng)[0])
         size = block_size if block_size > 0 else per_cluster * k
         m = max(3, min(max_blocks, n_noisy // size))  # at least 3 blocks (the center of attention needs 3)
-        if len(X) < m * k:
+        if strict and len(X) < m * k:
             raise ValueError(f"too few records for sample-and-aggregate with k={k}: {m} blocks need at least "
                              f"{m * k} records")
-        blocks = assign_blocks(len(X), m, np_rng)
-        small = sum(len(b) < k for b in blocks)
-        if small:
-            raise ValueError(f"{small} of {m} blocks hold fewer than k={k} records; use fewer blocks or smaller k")
-        Z = block_kmeans(X, blocks, k, np_rng)
+        blocks = assign_blocks(len(X), m, np_rng, allow_empty=not strict)
+        full = np.array([len(b) >= k for b in blocks], dtype=bool)
+        if strict and not full.all():
+            raise ValueError(f"{int((~full).sum())} of {m} blocks hold fewer than k={k} records; use fewer blocks "
+                             "or smaller k")
         anchors = public_anchors(k, lower, upper, anchor_seed)
+        Z = np.broadcast_to(anchors, (m, k, len(lower))).copy()
+        if full.any():
+            Z[full] = block_kmeans(X, [b for b, f in zip(blocks, full) if f], k, np_rng)
         A = align_blocks(Z.reshape(m, k, -1), anchors)
         lo_v, hi_v = np.tile(lower, k), np.tile(upper, k)
         if plan.aggregator == "coa":
@@ -538,7 +548,7 @@ class KMeansParty(PartyAlgorithm):
         try:
             C, sizes = fit_private(Xn, lower, upper, plan, rng, per_cluster=o["per_cluster"],
                                    max_blocks=o["max_blocks"], block_size=o["block_size"],
-                                   anchor_seed=o["anchor_seed"])
+                                   anchor_seed=o["anchor_seed"], strict=False)
         except ValueError as exc:
             raise TaskRejected(str(exc)) from None
         return {"centers": C[None], "sizes": sizes.astype(np.float64)[None]}  # one row per party (stack_combine)

@@ -81,6 +81,9 @@ DEFAULTS: dict[str, Any] = {
     "prototypes_per_class": 1, "omega_rank": 0, "omega_scale": 1.0,
     "phi": "identity", "beta": 1.0, "private": True, "allow_missing_classes": False, "exact_noise": False,
 }
+#: Public bound on a broadcast prototype's coordinates, in rescaled units (the data box is [-1, 1]^d). The
+#: coordinator keeps its prototypes inside (post-processing); a party refuses a broadcast outside.
+PROTOTYPE_BOUND = 2.0
 _PLAN_KEYS = ("epsilon", "delta", "epochs", "sampling_rate", "init", "init_fraction", "count_fraction")
 
 
@@ -275,7 +278,7 @@ class LVQParty(PartyAlgorithm):
     def check_task(self, spec: JobSpec, task: Task) -> None:
         if task.job_id != spec.job_id:
             raise TaskRejected("task belongs to another job")
-        _, plan, (c, d, ppc, rank, _) = self._job(spec)
+        p, plan, (c, d, ppc, rank, _) = self._job(spec)
         last = self._last_round.get(spec.job_id, -1)
         if task.round <= last:
             raise TaskRejected(f"round {task.round} was already answered (a repeat would spend budget twice)")
@@ -294,8 +297,15 @@ class LVQParty(PartyAlgorithm):
                 raise TaskRejected(f"a step task carries exactly the arrays {sorted(want)}")
             for k, shape in want.items():
                 a = np.asarray(task.arrays[k])
-                if a.shape != shape or not np.all(np.isfinite(a)):
-                    raise TaskRejected(f"array {k!r} must be finite with shape {shape}")
+                if a.shape != shape or a.dtype.kind not in "iuf" or not np.all(np.isfinite(a)):
+                    raise TaskRejected(f"array {k!r} must be finite and real with shape {shape}")
+            if np.abs(np.asarray(task.arrays["prototypes"], dtype=np.float64)).max(initial=0.0) > PROTOTYPE_BOUND:
+                raise TaskRejected(f"prototypes must lie within [-{PROTOTYPE_BOUND:g}, {PROTOTYPE_BOUND:g}] "
+                                   "(rescaled units; the data box is [-1, 1])")
+            if rank:
+                bound = float(p["omega_scale"]) * (1.0 + 1e-6)
+                if not np.linalg.norm(np.asarray(task.arrays["omega"], dtype=np.float64)) <= bound:
+                    raise TaskRejected(f"omega's Frobenius norm must be at most omega_scale = {p['omega_scale']:g}")
         elif task.arrays:
             raise TaskRejected("the init task carries no arrays")
 
@@ -319,11 +329,9 @@ class LVQParty(PartyAlgorithm):
         Z = self._rescaled(spec, X)
         self._last_round[spec.job_id] = task.round  # from here on the round counts as answered
         if task.kind == "init":
+            # A class absent here is answered like any other (a count of 0 plus noise): refusing would
+            # reveal its absence by the failure itself.
             counts = np.bincount(y, minlength=c).astype(np.int64)
-            if not p["allow_missing_classes"] and (counts == 0).any():
-                # A data-dependent refusal reveals that a class is absent here; opt out with allow_missing_classes.
-                raise DataValidationError("a class has no records at this party (LVQ needs every class; "
-                                          "set allow_missing_classes to train anyway)")
             return self._init_answer(p, plan, Z, y, counts, c, d, share, rng)
         W = np.asarray(task.arrays["prototypes"], dtype=np.float64)
         omega = np.asarray(task.arrays["omega"], dtype=np.float64) if rank else None
@@ -470,7 +478,7 @@ class LVQCoordinator(CoordinatorAlgorithm):
         else:
             raise ValueError("optimizer must be 'sgd' or 'adam'")
         k = self.W.size
-        self.W = self.W - lr * upd[:k].reshape(self.W.shape)
+        self.W = np.clip(self.W - lr * upd[:k].reshape(self.W.shape), -PROTOTYPE_BOUND, PROTOTYPE_BOUND)
         if self.rank and self.learn_omega:
             self.omega = self.omega - lr * upd[k:].reshape(self.omega.shape)
             self._normalise_omega()
@@ -683,7 +691,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--phi", choices=["identity", "logistic"], default="identity")
     p.add_argument("--beta", type=float, default=1.0, help="slope of the logistic phi")
     p.add_argument("--allow-missing-classes", action="store_true",
-                   help="train even if a party lacks a class (else the party refuses, revealing that)")
+                   help="accepted for compatibility: a party lacking a class always answers (a count of 0 plus "
+                        "noise), since a refusal would reveal the absence")
     p.add_argument("--exact-noise", action="store_true",
                    help="DP-SGD noise on a public grid with exact rounded-Gaussian noise (floating-point safe; "
                         "slower per step for a full Omega). Initialisation noise is always exact")

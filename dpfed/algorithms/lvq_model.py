@@ -81,9 +81,10 @@ def batch_terms(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.ndarray, ome
     dp, dm = D[rows, jp], D[rows, jm]
     S = dp + dm
     S = np.where(S > 0, S, 1.0)  # d+ = d- = 0: mu = 0 and the gradient below is zero
-    f, fp = _phi_prime((dp - dm) / S, phi, beta)
-    ap = fp * 2.0 * dm / (S * S)
-    am = -fp * 2.0 * dp / (S * S)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # non-finite terms: _zero_nonfinite
+        f, fp = _phi_prime((dp - dm) / S, phi, beta)
+        ap = fp * 2.0 * dm / (S * S)
+        am = -fp * 2.0 * dp / (S * S)
     Vp, Vm = X - W[jp], X - W[jm]
     Up, Um = (Vp, Vm) if omega is None else (Z - ZW[jp], Z - ZW[jm])
     return _Terms(jp, jm, ap, am, Vp, Vm, Up, Um, f, Z, ZW)
@@ -115,6 +116,8 @@ def clipped_gradient_sum(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.nda
     t = batch_terms(X, y, W, wl, omega, phi, beta)
     if clip is None and omega is not None:
         return _unclipped_sum(t, W, omega, learn_omega)
+    if clip is not None:
+        _zero_nonfinite(t)
     # prototype parts: -2 a Omega^T u, with Omega^T u+- = Omega^T Omega x - (Omega^T Omega w)[j+-]: one
     # (B x r)(r x d) product shared by both sides instead of one per side
     if omega is None:
@@ -122,14 +125,20 @@ def clipped_gradient_sum(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.nda
     else:
         P, PW = t.Z @ omega, t.ZW @ omega
         Pp, Pm = P - PW[t.jp], P - PW[t.jm]
-    sq = 4.0 * (t.ap ** 2 * (Pp * Pp).sum(1) + t.am ** 2 * (Pm * Pm).sum(1))
-    with_omega = omega is not None and learn_omega
-    if with_omega:
-        up2, um2 = (t.Up * t.Up).sum(1), (t.Um * t.Um).sum(1)
-        vp2, vm2 = (t.Vp * t.Vp).sum(1), (t.Vm * t.Vm).sum(1)
-        cross = (t.Up * t.Um).sum(1) * (t.Vp * t.Vm).sum(1)
-        sq = sq + 4.0 * (t.ap ** 2 * up2 * vp2 + t.am ** 2 * um2 * vm2 + 2.0 * t.ap * t.am * cross)
-    norms = np.sqrt(np.maximum(sq, 0.0))
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflowed norm is handled below
+        sq = 4.0 * (t.ap ** 2 * (Pp * Pp).sum(1) + t.am ** 2 * (Pm * Pm).sum(1))
+        with_omega = omega is not None and learn_omega
+        if with_omega:
+            up2, um2 = (t.Up * t.Up).sum(1), (t.Um * t.Um).sum(1)
+            vp2, vm2 = (t.Vp * t.Vp).sum(1), (t.Vm * t.Vm).sum(1)
+            cross = (t.Up * t.Um).sum(1) * (t.Vp * t.Vm).sum(1)
+            sq = sq + 4.0 * (t.ap ** 2 * up2 * vp2 + t.am ** 2 * um2 * vm2 + 2.0 * t.ap * t.am * cross)
+        norms = np.sqrt(np.maximum(sq, 0.0))
+    if clip is not None:  # a finite gradient whose norm overflowed: it is clipped to nothing, never to NaN
+        big = ~np.isfinite(norms)
+        if big.any():
+            norms[big] = np.inf
+            t.ap[big], t.am[big] = 0.0, 0.0
     if clip is None:
         s = np.ones(B)
     else:
@@ -148,6 +157,24 @@ def clipped_gradient_sum(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.nda
         else:
             gO = np.zeros_like(omega)
     return GradientSum(gW, gO, float(t.cost.sum()), int((norms > clip).sum()) if clip is not None else 0, norms)
+
+
+def _zero_nonfinite(t: _Terms) -> None:
+    """Zero, in place, every record whose gradient terms are not all finite (before clipping).
+
+    A broadcast model can make one record's gradient non-finite (e.g. prototypes near 1e-90 and a
+    rank-one Omega orthogonal to that record: S*S underflows to 0 and 0*inf is NaN), and a NaN
+    would pass clipping and noise and tell whether the record was sampled. A zero contribution
+    has norm 0 <= C, so the clipped sum keeps its sensitivity whatever the broadcast."""
+    ok = np.isfinite(t.ap) & np.isfinite(t.am)
+    for M in (t.Vp, t.Vm, t.Up, t.Um, t.Z):
+        ok &= np.isfinite(M).all(axis=1)
+    if ok.all():
+        return
+    bad = ~ok
+    t.ap[bad], t.am[bad] = 0.0, 0.0
+    for M in (t.Vp, t.Vm, t.Up, t.Um, t.Z):
+        M[bad] = 0.0
 
 
 def _unclipped_sum(t: _Terms, W: np.ndarray, omega: np.ndarray, learn_omega: bool) -> GradientSum:

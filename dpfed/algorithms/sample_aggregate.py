@@ -48,8 +48,9 @@ __all__ = [
 
 # --------------------------------------------------------------------------- sampling
 
-def assign_blocks(n: int, m: int, rng: np.random.Generator) -> list[np.ndarray]:
+def assign_blocks(n: int, m: int, rng: np.random.Generator, *, allow_empty: bool = False) -> list[np.ndarray]:
     """Indices of m disjoint blocks; each record picks its block uniformly and independently.
+    (``allow_empty``: fewer records than blocks is no error; some blocks are then empty.)
 
     Independent assignment (rather than cutting a permutation into equal slices) keeps every
     other record's block fixed when one record is added or removed, so one record touches one
@@ -58,7 +59,7 @@ def assign_blocks(n: int, m: int, rng: np.random.Generator) -> list[np.ndarray]:
     """
     if m < 1:
         raise ValueError("need at least one block")
-    if n < m:
+    if n < m and not allow_empty:
         raise ValueError(f"{n} records cannot fill {m} blocks")
     labels = rng.integers(0, m, size=n)
     order = np.argsort(labels, kind="stable")
