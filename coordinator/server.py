@@ -41,6 +41,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.state import JobRecord, StateStore
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
 from dpfed.algorithms.driver import drive
+from dpfed.algorithms.params import validate
 from dpfed.data.schema import Schema
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
@@ -349,6 +350,10 @@ class Coordinator:
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed schema: {exc}") from None
         try:  # validate epsilon/delta now, with a placeholder schema if none was given
             JobSpec(job_id, req.algorithm, params, Schema.from_dict(schema) if schema else Schema(()))
+        except ValueError as exc:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        try:  # the algorithm's declared ranges and caps (dpfed.algorithms.params), as the parties check them
+            validate(algo, params, Schema.from_dict(schema) if schema else None)
         except ValueError as exc:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         with self._cond:

@@ -41,6 +41,7 @@ from dpfed.core import accounting
 from dpfed.algorithms.estimator import EstimatorParams
 from dpfed.algorithms.contract import (Aggregate, Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm,
                                        Task, TaskRejected, stack_combine)
+from dpfed.algorithms.params import EPSILON, MEMORY_CAP_BYTES, Param, ParamTable, arg_type, delta_param
 from dpfed.core.mechanisms import gaussian
 from dpfed.core.rng import SecureRNG
 from dpfed.algorithms.sample_aggregate import assign_blocks, center_of_attention_release, clamped_mean_release
@@ -630,20 +631,63 @@ def evaluate(model: Mapping[str, np.ndarray], X: np.ndarray, y: np.ndarray | Non
             "nonprivate_impl": impl}
 
 
+#: Memory estimate of a party's fit without its records: the m aligned block answers (m x k*d), the
+#: block centers and the aggregator's copies (MEMORY_FACTOR of them) plus the m x m block distances.
+MEMORY_FACTOR = 4
+
+PARAMS = ParamTable((
+    EPSILON, delta_param(1e-6, positive=True),
+    Param("method", str, DEFAULTS["method"], choices=METHODS,
+          help="kmeans: sample-and-aggregate (NRS07) or DP Lloyd (default sample-aggregate)"),
+    Param("k", int, DEFAULTS["k"], lo=1, cap=1000, help="kmeans: number of clusters (default 5)"),
+    Param("aggregator", str, DEFAULTS["aggregator"], choices=AGGREGATORS,
+          help="kmeans sample-aggregate: clamped mean (GUPT) or center of attention (NRS07)"),
+    Param("refine_steps", int, DEFAULTS["refine_steps"], lo=0, cap=100,
+          help="kmeans sample-aggregate: DP Lloyd steps after aggregation (default 2)"),
+    Param("lloyd_iters", int, DEFAULTS["lloyd_iters"], lo=1, cap=1000,
+          help="kmeans lloyd: DP Lloyd iterations (default 5)"),
+    Param("per_cluster", int, DEFAULTS["per_cluster"], lo=1, cap=1_000_000,
+          help="kmeans sample-aggregate: block size = this * k records (default 10)"),
+    Param("max_blocks", int, DEFAULTS["max_blocks"], lo=3, cap=100_000,
+          help="kmeans sample-aggregate: at most this many blocks (default 2000)"),
+    Param("block_size", int, DEFAULTS["block_size"], lo=0, cap=100_000_000,
+          help="kmeans sample-aggregate: records per block (0: blocks_per_cluster * k)"),
+    Param("anchor_seed", int, DEFAULTS["anchor_seed"], lo=0, hi=2**32 - 1,
+          help="seed of the public anchor points that order each block's centers"),
+), check=lambda p, schema: _check_params(p, schema))
+
+
+#: Smallest epsilon of one pure release (a discrete Laplace count): below it the PLD accountant overflows.
+MIN_RELEASE_EPSILON = 1e-5
+
+
+def _check_params(p: dict[str, Any], schema: Schema | None) -> None:
+    steps = p["lloyd_iters"] if p["method"] == "lloyd" else p["refine_steps"]
+    key = "lloyd_iters" if p["method"] == "lloyd" else "refine_steps"
+    if steps and _STEP_COUNT_SHARE * p["epsilon"] / steps < MIN_RELEASE_EPSILON:
+        most = int(_STEP_COUNT_SHARE * p["epsilon"] / MIN_RELEASE_EPSILON)
+        raise TaskRejected(f"kmeans parameter {key!r} must be at most {most} at epsilon {p['epsilon']:g} (each step's "
+                           f"counts get epsilon {_STEP_COUNT_SHARE:g} * epsilon / {key} >= {MIN_RELEASE_EPSILON:g})")
+    if schema is None:
+        return
+    d = int(schema.numeric.sum())
+    if d < 1:
+        raise TaskRejected("kmeans needs at least one numeric feature with public bounds in the schema")
+    m = p["max_blocks"] if p["method"] == "sample-aggregate" else 1
+    need = 8 * (MEMORY_FACTOR * m * p["k"] * d + m * m)
+    if need > MEMORY_CAP_BYTES:
+        raise TaskRejected(f"kmeans with max_blocks {m} x k {p['k']} x d {d} needs about {need / 2**30:.1f} GiB, more "
+                           f"than the cap {MEMORY_CAP_BYTES / 2**30:.0f} GiB; lower max_blocks or k")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--method", choices=METHODS, default=DEFAULTS["method"],
-                   help="kmeans: sample-and-aggregate (NRS07) or DP Lloyd (default %(default)s)")
-    p.add_argument("--k", type=int, default=DEFAULTS["k"], help="kmeans: number of clusters (default %(default)s)")
+    p.add_argument("--method", choices=METHODS, default=DEFAULTS["method"], help=PARAMS.get("method").help)
+    p.add_argument("--k", type=arg_type(PARAMS, "k"), default=DEFAULTS["k"], help=PARAMS.get("k").help)
     p.add_argument("--aggregator", choices=AGGREGATORS, default=DEFAULTS["aggregator"],
-                   help="kmeans sample-aggregate: clamped mean (GUPT) or center of attention (NRS07)")
-    p.add_argument("--refine-steps", type=int, default=DEFAULTS["refine_steps"],
-                   help="kmeans sample-aggregate: DP Lloyd steps after aggregation (default %(default)s)")
-    p.add_argument("--lloyd-iters", type=int, default=DEFAULTS["lloyd_iters"],
-                   help="kmeans lloyd: DP Lloyd iterations (default %(default)s)")
-    p.add_argument("--blocks-per-cluster", type=int, default=DEFAULTS["per_cluster"], dest="per_cluster",
-                   help="kmeans sample-aggregate: block size = this * k records (default %(default)s)")
-    p.add_argument("--max-blocks", type=int, default=DEFAULTS["max_blocks"],
-                   help="kmeans sample-aggregate: at most this many blocks (default %(default)s)")
+                   help=PARAMS.get("aggregator").help)
+    for flag, key in (("--refine-steps", "refine_steps"), ("--lloyd-iters", "lloyd_iters"),
+                      ("--blocks-per-cluster", "per_cluster"), ("--max-blocks", "max_blocks")):
+        p.add_argument(flag, type=arg_type(PARAMS, key), default=DEFAULTS[key], dest=key, help=PARAMS.get(key).help)
 
 
 def params_from_args(a: argparse.Namespace) -> dict[str, Any]:

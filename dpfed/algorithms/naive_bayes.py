@@ -63,6 +63,7 @@ from dpfed.core import accounting
 from dpfed.algorithms.driver import run_local
 from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
 from dpfed.algorithms.contract import Aggregate, Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
+from dpfed.algorithms.params import EPSILON, Param, ParamTable, arg_type, delta_param
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import DataValidationError, Feature, Schema
 
@@ -571,15 +572,41 @@ class DPNaiveBayes(EstimatorParams, ClassifierScore):
 
 # --------------------------------------------------------------------------- registry
 
+#: Largest released vector (counts, histograms, sums): k * (1 + sum m_j + 2 P) entries.
+MAX_STATISTICS = 1 << 24
+
+PARAMS = ParamTable((
+    EPSILON, delta_param(1e-6),
+    Param("mechanism", str, "auto", choices=MECHANISMS,
+          help="naive Bayes noise: auto (least noisy for the job's epsilon, delta; delta 0 means discrete Laplace), "
+               "laplace (pure DP) or gaussian (needs delta > 0)"),
+    Param("alpha", float, DEFAULT_ALPHA, lo=0.0, hi=1e6,
+          help=f"naive Bayes Laplace smoothing pseudo-count (default {DEFAULT_ALPHA:g})"),
+    Param("var_floor", float, DEFAULT_VAR_FLOOR, lo=0.0, lo_open=True, hi=1.0,
+          help="naive Bayes variance floor of numeric features, in units of the squared half range "
+               f"(default {DEFAULT_VAR_FLOOR:g})"),
+), check=lambda p, schema: _check_params(p, schema))
+
+
+def _check_params(p: dict[str, Any], schema: Schema | None) -> None:
+    if p["mechanism"] == "gaussian" and p["delta"] <= 0:
+        raise TaskRejected("naive Bayes parameter 'mechanism' gaussian needs 'delta' in (0, 1); use laplace for "
+                           "delta 0")
+    if schema is not None:
+        if schema.n_classes < 1:
+            raise TaskRejected("naive Bayes needs a schema with label classes (n_classes >= 1)")
+        length = Layout.from_schema(schema).length
+        if length > MAX_STATISTICS:
+            raise TaskRejected(f"naive Bayes would release {length} statistics, more than the cap {MAX_STATISTICS}; "
+                               "use fewer classes, features or categories")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nb-mechanism", choices=MECHANISMS, default="auto",
-                        help="naive Bayes noise: auto (least noisy for the job's epsilon, delta; delta 0 means "
-                             "discrete Laplace), laplace (pure DP) or gaussian (needs delta > 0)")
-    parser.add_argument("--nb-alpha", type=float, default=DEFAULT_ALPHA,
-                        help=f"naive Bayes Laplace smoothing pseudo-count (default {DEFAULT_ALPHA:g})")
-    parser.add_argument("--nb-var-floor", type=float, default=DEFAULT_VAR_FLOOR,
-                        help="naive Bayes variance floor of numeric features, in units of the squared half "
-                             f"range (default {DEFAULT_VAR_FLOOR:g})")
+    parser.add_argument("--nb-mechanism", choices=MECHANISMS, default="auto", help=PARAMS.get("mechanism").help)
+    parser.add_argument("--nb-alpha", type=arg_type(PARAMS, "alpha"), default=DEFAULT_ALPHA,
+                        help=PARAMS.get("alpha").help)
+    parser.add_argument("--nb-var-floor", type=arg_type(PARAMS, "var_floor"), default=DEFAULT_VAR_FLOOR,
+                        help=PARAMS.get("var_floor").help)
 
 
 def params_from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 _COMMAND_MODULES = (
     "dpfed.cli.privacy",      # dpfed privacy epsilon|noise
@@ -20,8 +20,16 @@ _COMMAND_MODULES = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``PROG: error: MESSAGE``, exit 2), no usage dump:
+    ``dpfed COMMAND -h`` shows the usage. Sub-command parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} -h)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dpfed", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="dpfed", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"dpfed {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
@@ -41,13 +49,30 @@ def _version() -> str:
     return __version__
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (dpfed's messages name arguments, files, columns and counts,
+    never record values)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``dpfed`` command. A deliberate error (any :class:`DpfedError`: bad parameters, a bad
+    file, a refused job) ends with exit code 2 and one line on stderr; anything else is a bug and keeps
+    its traceback."""
+    from dpfed.core.errors import DpfedError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except DpfedError as exc:
+        name = " ".join(x for x in ("dpfed", args.command, getattr(args, "sub_command_name", None)) if x)
+        print(f"{name}: error: {one_line(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

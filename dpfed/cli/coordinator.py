@@ -227,6 +227,10 @@ def _cmd_submit(args: argparse.Namespace) -> int:
             params[key] = json.loads(value)
         except ValueError:
             params[key] = value
+    if algo is not None:  # the same declared ranges the coordinator and the parties check
+        from dpfed.algorithms.params import validate
+
+        validate(algo, params)
     try:
         with _client(args) as c:
             job_id = c.submit_job(args.algorithm, params, parties=args.parties, job_id=args.job_id)

@@ -21,6 +21,7 @@ import numpy as np
 from dpfed.algorithms import add_algorithm_arguments, algorithm_names, get_algorithm
 from dpfed.data.datasets import Dataset, kfold_indices, load_dataset, split_parties
 from dpfed.algorithms.contract import JobSpec
+from dpfed.algorithms.params import validate
 
 __all__ = ["add_commands", "run_simulation"]
 
@@ -95,6 +96,7 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
     params: dict[str, Any] = {"epsilon": args.epsilon, "delta": delta}
     if algo.params_from_args is not None:
         params.update(algo.params_from_args(args))
+    params = validate(algo, params, ds.schema)  # the ranges and caps every party checks, before any spend
     split_rng = np.random.default_rng(args.seed)  # public randomness: which party holds which rows
     folds = _folds(ds, args, algo.needs_labels)
     metrics: list[dict[str, float]] = []

@@ -38,6 +38,7 @@ import numpy as np
 from dp_accounting import DpEvent
 
 from dpfed.algorithms.contract import Algorithm, Answer, JobSpec, PartyAlgorithm, Released, Task, TaskRejected
+from dpfed.algorithms.params import validate
 from dpfed.core import accounting
 from dpfed.core.ledger import AnswerConflictError, BudgetExceededError, BudgetLedger, JobConflictError
 from dpfed.core.rng import SecureRNG
@@ -172,6 +173,7 @@ def decide(party: PartyContext, offer: JobSpec | str) -> Decision:
     if algo.needs_labels and party.y is None:
         return refuse(f"{spec.algorithm} needs labels; this party has none")
     try:
+        validate(algo, spec.params, spec.schema)  # ranges and caps first: a cheap plan for any accepted job
         half = algo.party()
         if half.needs_secure_aggregation(spec) and not party.secure_aggregation:
             return refuse("this job is private against the coordinator only under secure aggregation (e.g. "

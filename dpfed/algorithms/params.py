@@ -1,0 +1,250 @@
+"""Every algorithm's job parameters declared in one place, and the one validation of them.
+
+Each algorithm module declares ``PARAMS`` (a :class:`ParamTable`, or a dict of them by algorithm
+name): every parameter's type, default, allowed range or choices, and a resource cap where the
+range alone would allow a plan that is expensive to compute (steps, iterations, prototypes), plus an
+optional cross-check over the whole set (e.g. DP-SGD steps = epochs / sampling rate, a memory
+estimate from the schema). :func:`validate` is what the CLI (``dpfed simulate``, ``dpfed job
+submit``), the coordinator's ``SubmitJob`` and the party use, so an accepted parameter set always
+gives a plan that is cheap to compute; anything else is refused with :class:`TaskRejected` carrying
+ONE line that names the parameter and the allowed range.
+
+Parameters are public (they describe the job, never the records), so echoing them is fine.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from dpfed.algorithms.contract import TaskRejected
+
+__all__ = ["Param", "ParamTable", "validate", "table_for", "arg_type", "EPSILON", "delta_param",
+           "EPSILON_MIN", "EPSILON_MAX", "MEMORY_CAP_BYTES"]
+
+#: Smallest and largest accepted job epsilon: below 1e-3 nothing useful is learnt and the accountants'
+#: grids dominate the spend; above 100 calibration leaves the range where PLD is cheap and exact.
+EPSILON_MIN = 1e-3
+EPSILON_MAX = 100.0
+#: Upper bound on the estimated working memory of one party's answer (bytes).
+MEMORY_CAP_BYTES = 2 << 30
+
+
+@dataclass(frozen=True)
+class Param:
+    """One job parameter: ``type`` is int, float, str, bool or list; ``lo``/``hi`` bound numbers
+    (``lo_open``/``hi_open`` exclude the end); ``choices`` lists the allowed values; ``cap`` is a
+    resource cap (an upper bound set by cost, not meaning); ``optional``: None is allowed."""
+
+    name: str
+    type: type
+    default: Any
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    choices: tuple[Any, ...] | None = None
+    cap: float | None = None
+    help: str = ""
+    optional: bool = False
+
+    def range_text(self) -> str:
+        """The allowed values in one phrase, e.g. ``(0, 1]`` or ``one of sgd, adam``."""
+        if self.choices is not None:
+            return "one of " + ", ".join(str(c) for c in self.choices)
+        if self.type is bool:
+            return "true or false"
+        if self.type is str:
+            return "a string"
+        if self.type is list:
+            return "a list"
+        kind = "an integer" if self.type is int else "a finite number"
+        hi = self.upper
+        if self.lo is None and hi is None:
+            return kind
+        lo_s = "-inf" if self.lo is None else _num(self.lo)
+        hi_s = "inf" if hi is None else _num(hi)
+        left = "(" if self.lo_open or self.lo is None else "["
+        right = ")" if (self.hi_open and (self.cap is None or (self.hi is not None and self.hi <= self.cap))) \
+            or hi is None else "]"
+        text = f"{kind} in {left}{lo_s}, {hi_s}{right}"
+        if self.cap is not None and (self.hi is None or self.cap < self.hi):
+            text += " (a resource cap)"
+        return text
+
+    @property
+    def upper(self) -> float | None:
+        if self.cap is None:
+            return self.hi
+        return self.cap if self.hi is None else min(self.hi, self.cap)
+
+    def check(self, value: Any, algorithm: str = "") -> Any:
+        """The value normalised to ``type``, or :class:`TaskRejected` naming the parameter and range."""
+        where = f"{algorithm} parameter {self.name!r}" if algorithm else f"parameter {self.name!r}"
+        bad = TaskRejected(f"{where} must be {self.range_text()}, got {_show(value)}")
+        if value is None:
+            if self.optional:
+                return None
+            raise bad
+        if self.choices is not None:
+            if value not in self.choices or isinstance(value, bool) != isinstance(self.choices[0], bool):
+                raise bad
+            return value
+        if self.type is bool:
+            if not isinstance(value, bool):
+                raise bad
+            return value
+        if self.type is str:
+            if not isinstance(value, str):
+                raise bad
+            return value
+        if self.type is list:
+            if not isinstance(value, (list, tuple)):
+                raise bad
+            return list(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad
+        if self.type is int:
+            if isinstance(value, float):
+                if not (math.isfinite(value) and value == int(value)):
+                    raise bad
+                value = int(value)
+        else:
+            value = float(value)
+            if not math.isfinite(value):
+                raise bad
+        if self.lo is not None and (value < self.lo or (self.lo_open and value == self.lo)):
+            raise bad
+        hi = self.upper
+        if hi is not None and (value > hi or (self.hi_open and hi == self.hi and value == hi)):
+            raise bad
+        return value
+
+
+@dataclass(frozen=True)
+class ParamTable:
+    """An algorithm's parameters and an optional check of the whole set (``check(params, schema)``
+    raises :class:`TaskRejected`; ``schema`` may be None when the caller has none yet)."""
+
+    params: tuple[Param, ...]
+    check: Callable[[dict[str, Any], Any], None] | None = None
+    #: keys accepted without a declaration (filled in by the system, e.g. a calibrated value)
+    extra: tuple[str, ...] = field(default=())
+    #: accept undeclared keys as they are (the table of a plugin that declares nothing)
+    open: bool = False
+
+    def validate(self, params: Mapping[str, Any], schema: Any = None, name: str = "job") -> dict[str, Any]:
+        """``params`` normalised (an integral float for an int parameter becomes an int), defaults filled
+        in (None defaults left out), unknown keys refused; with ``schema`` (a
+        :class:`dpfed.data.schema.Schema`) also the schema-dependent caps (dimension, memory)."""
+        if not isinstance(params, Mapping):
+            raise TaskRejected(f"{name} parameters must be a JSON object")
+        known = {p.name for p in self.params}
+        unknown = [] if self.open else sorted(str(k) for k in params if k not in known and k not in self.extra)
+        if unknown:
+            raise TaskRejected(f"{name} has no parameter {_show(unknown[0])}; known: {', '.join(sorted(known))}")
+        out: dict[str, Any] = {}
+        for p in self.params:
+            if p.name in params:
+                out[p.name] = p.check(params[p.name], name)
+            elif p.default is None and not p.optional:
+                raise TaskRejected(f"{name} parameter {p.name!r} is required: {p.range_text()}")
+            elif p.default is not None:
+                out[p.name] = p.default
+        for k in params:
+            if k not in known:
+                out[k] = params[k]
+        if self.check is not None:
+            self.check(out, schema)
+        return out
+
+    def get(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+def _num(x: float) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _show(value: Any) -> str:
+    """A parameter value for an error message, one line and short."""
+    text = repr(value)
+    return text if len(text) <= 40 and "\n" not in text else text[:37].replace("\n", " ") + "..."
+
+
+#: The job's per-party epsilon; every algorithm's table starts with it.
+EPSILON = Param("epsilon", float, None, lo=EPSILON_MIN, hi=EPSILON_MAX,
+                help="per-party privacy budget of the whole job")
+
+
+def delta_param(default: float, positive: bool = False) -> Param:
+    """The job's delta: [0, 1), or (0, 1) where the algorithm needs delta > 0."""
+    return Param("delta", float, default, lo=0.0, lo_open=positive, hi=1.0, hi_open=True,
+                 help="per-party delta of the whole job")
+
+
+_COMMON = ParamTable((EPSILON, delta_param(0.0)), open=True)
+
+
+def table_for(algorithm: Any) -> ParamTable:
+    """The parameter table of ``algorithm`` (a registry name or an :class:`Algorithm` entry); a plugin
+    module without ``PARAMS`` gets the common epsilon/delta table."""
+    if isinstance(algorithm, str):
+        from dpfed.algorithms.registry import get_algorithm
+
+        name = algorithm
+        module = importlib.import_module(get_algorithm(name).party.__module__)
+    else:
+        name = algorithm.name
+        module = importlib.import_module(algorithm.party.__module__)
+    table = getattr(module, "PARAMS", None)
+    if isinstance(table, Mapping):
+        table = table.get(name)
+    return table if isinstance(table, ParamTable) else _COMMON
+
+
+def validate(algorithm: Any, params: Mapping[str, Any], schema: Any = None) -> dict[str, Any]:
+    """``params`` checked against ``algorithm``'s table (a registry name or an ``Algorithm`` entry):
+    see :meth:`ParamTable.validate`. Raises :class:`TaskRejected` with one line naming the parameter
+    and its range."""
+    try:
+        table = table_for(algorithm)
+    except ValueError as exc:
+        raise TaskRejected(str(exc)) from None
+    return table.validate(params, schema, algorithm if isinstance(algorithm, str) else algorithm.name)
+
+
+def arg_type(table: ParamTable, name: str) -> Callable[[str], Any]:
+    """An argparse ``type=`` function parsing a command-line value of parameter ``name`` and checking
+    it against the table (argparse then prints one line naming the option and the range)."""
+    param = table.get(name)
+
+    def parse(text: str) -> Any:
+        try:
+            value: Any = int(text) if param.type is int else float(text)
+        except ValueError:
+            try:
+                value = float(text) if param.type is int else None
+            except ValueError:
+                value = None
+            if value is None:
+                raise argparse.ArgumentTypeError(f"must be {param.range_text()}, got {text!r}") from None
+        try:
+            return param.check(value)
+        except TaskRejected:
+            raise argparse.ArgumentTypeError(f"must be {param.range_text()}, got {text!r}") from None
+
+    parse.__name__ = param.name  # argparse names the type in "invalid NAME value"
+    return parse
+
+
+def check_product(name: str, value: float, cap: float, what: str, parts: Sequence[str]) -> None:
+    """Refuse when a derived quantity exceeds its cap, naming the parameters it comes from."""
+    if not value <= cap:
+        raise TaskRejected(f"{what} = {_num(float(value))} exceeds the cap {_num(float(cap))}; "
+                           f"lower {' or '.join(parts)}" + (f" ({name})" if name else ""))
