@@ -49,10 +49,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dpfed.federation.config import ConfigError, read_toml, tls_from
 from dpfed.data.schema import Schema
-from protos.codec import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MESSAGE_BYTES
+from dpfed.federation.config import ConfigError, read_toml, tls_from
 from dpfed.federation.tls import TlsFiles
+from protos.codec import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = ["PartyConfig", "ConfigError"]
 
@@ -94,7 +94,7 @@ class PartyConfig:
             raise ConfigError("chunk_bytes must be positive and at least 64 KiB below max_message_bytes")
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "PartyConfig":
+    def load(cls, path: str | os.PathLike) -> PartyConfig:
         t, base = read_toml(path)
         unknown = sorted(set(t) - _KEYS)
         if unknown:

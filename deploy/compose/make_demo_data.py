@@ -18,7 +18,7 @@ def main(out: str) -> None:
     dest = Path(out)
     dest.mkdir(parents=True, exist_ok=True)
     ds = load_dataset("adult")
-    for name, (X, y) in zip(PARTIES, split_parties(ds.X_train, ds.y_train, len(PARTIES), "iid")):
+    for name, (X, y) in zip(PARTIES, split_parties(ds.X_train, ds.y_train, len(PARTIES), "iid"), strict=True):
         np.savez_compressed(dest / f"{name}.npz", X=X, y=y)
     (dest / "schema.json").write_text(ds.schema.to_json())
     print(f"wrote {len(PARTIES)} party files and schema.json to {dest}")

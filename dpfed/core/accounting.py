@@ -20,7 +20,7 @@ import functools
 import json
 import math
 from collections import Counter
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import attr
 import dp_accounting
@@ -150,13 +150,13 @@ def delta(event: DpEvent, epsilon: float, *, accountant: str = "pld",
 
 # --------------------------------------------------------------------------- composition
 
-def flatten(events: Sequence[DpEvent]) -> Counter:
+def flatten(events: Sequence[DpEvent]) -> Counter[Any]:
     """Multiset of atomic events (canonical JSON -> count) of a sequential composition.
 
     ``ComposedDpEvent`` and ``SelfComposedDpEvent`` are unrolled (exactly how the accountants
     treat them), so repeated releases of the same mechanism collapse into one count.
     """
-    counts: Counter = Counter()
+    counts: Counter[Any] = Counter()
 
     def visit(ev: DpEvent, mult: int) -> None:
         if isinstance(ev, dp_accounting.ComposedDpEvent):
@@ -179,7 +179,7 @@ def flatten(events: Sequence[DpEvent]) -> Counter:
     return counts
 
 
-def from_counts(counts: Counter | dict) -> DpEvent:
+def from_counts(counts: Counter[Any] | dict[Any, int]) -> DpEvent:
     """The canonical event for a multiset from :func:`flatten` (sorted, grouped)."""
     parts = []
     for key in sorted(counts):
@@ -316,7 +316,7 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_rat
 class _Memo:
     """Memoised scalar function that remembers every evaluation (for bracketing)."""
 
-    def __init__(self, f) -> None:
+    def __init__(self, f: Callable[[float], float]) -> None:
         self.f = f
         self.seen: dict[float, float] = {}
 
@@ -380,7 +380,7 @@ def _secant_bracket(f: _Memo, x0: float, slope: float, rtol: float) -> tuple[flo
     return _bracket(f, x, 1.01)
 
 
-def _bisect(f, lo: float, hi: float, rtol: float) -> tuple[float, float]:
+def _bisect(f: Callable[[float], float], lo: float, hi: float, rtol: float) -> tuple[float, float]:
     while hi - lo > rtol * hi:
         mid = 0.5 * (lo + hi)
         if f(mid) > 0:
@@ -556,7 +556,7 @@ class _RDPAccountant(rdp_privacy_accountant.RdpAccountant):
     alone or Poisson-subsampled (add/remove only), by the curve of
     :func:`dpfed.core.distributed_noise.event_rdp` (KLS21 Prop. 14; Zhu & Wang 2019 Thm. 6)."""
 
-    def _maybe_compose(self, event, count, do_compose):  # type: ignore[override]
+    def _maybe_compose(self, event: Any, count: int, do_compose: bool) -> Any:
         inner, q = event, 1.0
         if (isinstance(event, dp_accounting.PoissonSampledDpEvent)
                 and isinstance(event.event, DistributedDiscreteGaussianDpEvent)):
@@ -589,7 +589,9 @@ class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
     :class:`DiscreteGaussianDpEvent`. It refuses :class:`DistributedDiscreteGaussianDpEvent`
     (its only bound is an RDP curve): account distributed noise with ``accountant="rdp"``."""
 
-    def _maybe_compose(self, event, count, do_compose):  # type: ignore[override]
+    _pld: Any  # set by PLDAccountant.__init__ (dp-accounting ships no type information)
+
+    def _maybe_compose(self, event: Any, count: int, do_compose: bool) -> Any:
         if isinstance(event, DistributedDiscreteGaussianDpEvent) or (
                 isinstance(event, dp_accounting.PoissonSampledDpEvent)
                 and isinstance(event.event, DistributedDiscreteGaussianDpEvent)):

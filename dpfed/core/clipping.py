@@ -10,18 +10,19 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["clip_rows_l2", "clamp", "count_sensitivity", "sum_sensitivity", "mean_sensitivity"]
 
 
-def _finite(x: np.ndarray, name: str) -> np.ndarray:
+def _finite(x: ArrayLike, name: str) -> np.ndarray:
     arr = np.asarray(x, dtype=np.float64)
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or infinity")
     return arr
 
 
-def clip_rows_l2(X, max_norm: float) -> tuple[np.ndarray, np.ndarray]:
+def clip_rows_l2(X: ArrayLike, max_norm: float) -> tuple[np.ndarray, np.ndarray]:
     """Scale every row of the 2-D array ``X`` to L2 norm <= ``max_norm`` (Abadi et al. 2016, eq. in
     Alg. 1: x / max(1, ||x||/C)). Returns ``(clipped, original_norms)``; rows already inside the
     ball are returned unchanged, bit for bit; clipped rows land a relative 2^-50 inside it."""
@@ -40,7 +41,7 @@ def clip_rows_l2(X, max_norm: float) -> tuple[np.ndarray, np.ndarray]:
     return out, norms
 
 
-def clamp(X, lower, upper) -> np.ndarray:
+def clamp(X: ArrayLike, lower: ArrayLike, upper: ArrayLike) -> np.ndarray:
     """Clamp ``X`` to public bounds ``[lower, upper]`` (scalars or one bound per column)."""
     X = _finite(X, "X")
     lo = _finite(lower, "lower")
@@ -52,7 +53,8 @@ def clamp(X, lower, upper) -> np.ndarray:
     for b in (lo, hi):
         if b.ndim == 1 and (X.ndim == 0 or b.size != X.shape[-1]):
             raise ValueError("per-column bounds need one entry per column of X")
-    return np.clip(X, lo, hi)
+    clamped: np.ndarray = np.clip(X, lo, hi)
+    return clamped
 
 
 def count_sensitivity() -> int:
@@ -60,7 +62,7 @@ def count_sensitivity() -> int:
     return 1
 
 
-def _bounds(lower, upper) -> tuple[np.ndarray, np.ndarray]:
+def _bounds(lower: ArrayLike, upper: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     lo = _finite(lower, "lower")
     hi = _finite(upper, "upper")
     lo, hi = np.broadcast_arrays(lo, hi)
@@ -69,7 +71,7 @@ def _bounds(lower, upper) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def sum_sensitivity(lower, upper, *, norm: int = 1) -> float:
+def sum_sensitivity(lower: ArrayLike, upper: ArrayLike, *, norm: int = 1) -> float:
     """Add/remove sensitivity of a sum of records clamped to ``[lower, upper]`` (per coordinate).
 
     Adding a record x changes the sum by x, so the sensitivity is the largest ``||x||`` over the
@@ -85,7 +87,7 @@ def sum_sensitivity(lower, upper, *, norm: int = 1) -> float:
     raise ValueError("norm must be 1 or 2")
 
 
-def mean_sensitivity(lower, upper, n: int, *, norm: int = 1) -> float:
+def mean_sensitivity(lower: ArrayLike, upper: ArrayLike, n: int, *, norm: int = 1) -> float:
     """Sensitivity of the mean of ``n`` records clamped to ``[lower, upper]``: ``||u - l|| / n``.
 
     * replace-one with a public size n: the mean moves by ``(x' - x)/n``, at most ``||u - l||/n``;

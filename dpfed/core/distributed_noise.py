@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import hashlib
 import math
+from collections.abc import Callable
 
 import attr
 import numpy as np
@@ -149,7 +150,8 @@ def clip_rows(rows: np.ndarray, clip: float) -> np.ndarray:
         raise ValueError("the vector to encode has non-finite entries")
     norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
     scale = np.minimum(1.0, clip / np.maximum(norms, np.finfo(float).tiny))
-    return rows * scale[:, None]
+    clipped: np.ndarray = rows * scale[:, None]
+    return clipped
 
 
 # --------------------------------------------------------------------------- rounding
@@ -291,7 +293,8 @@ def add_noise_mod(values: np.ndarray, sigma_share: float, bits: int, rng: Secure
     if values.dtype.kind not in "iu":
         raise TypeError("add_noise_mod takes integer values")
     noise = sample_discrete_gaussian(sigma_share, values.shape, rng)
-    return ((values.astype(np.int64) + noise) & ((1 << int(bits)) - 1)).astype(np.uint64)
+    wrapped: np.ndarray = (values.astype(np.int64) + noise) & ((1 << int(bits)) - 1)
+    return wrapped.astype(np.uint64)
 
 
 def encode(x: np.ndarray, plan: DistributedNoisePlan, *, seed: bytes, rng: SecureRNG) -> np.ndarray:
@@ -302,14 +305,16 @@ def encode(x: np.ndarray, plan: DistributedNoisePlan, *, seed: bytes, rng: Secur
 def modular_sum(messages: np.ndarray, bits: int) -> np.ndarray:
     """Sum of uint64 messages (first axis) mod 2^bits: what secure aggregation reveals."""
     total = np.sum(np.asarray(messages, dtype=np.uint64), axis=0, dtype=np.uint64)  # wraps mod 2^64
-    return total & np.uint64((1 << int(bits)) - 1)
+    wrapped: np.ndarray = total & np.uint64((1 << int(bits)) - 1)
+    return wrapped
 
 
 def decode_integers(total: np.ndarray, bits: int) -> np.ndarray:
     """The sum mod 2^bits as centred signed integers in [-2^(bits-1), 2^(bits-1))."""
     v = (np.asarray(total, dtype=np.uint64) & np.uint64((1 << int(bits)) - 1)).astype(np.int64)
     half = 1 << (int(bits) - 1)
-    return v - (v >= half) * (2 * half)
+    centred: np.ndarray = v - (v >= half) * (2 * half)
+    return centred
 
 
 def decode(total: np.ndarray, plan: DistributedNoisePlan, *, seed: bytes) -> np.ndarray:
@@ -425,7 +430,7 @@ def ddgauss_rdp(orders: np.ndarray, sigma_share: float, parties: int, l2_sensiti
     return np.minimum(np.minimum(t1, t2), t3)
 
 
-def poisson_subsampled_rdp(base_rdp, sampling_rate: float, orders: np.ndarray) -> np.ndarray:
+def poisson_subsampled_rdp(base_rdp: Callable[[np.ndarray], np.ndarray], sampling_rate: float, orders: np.ndarray) -> np.ndarray:
     """Zhu & Wang, ICML 2019, Thm. 6 (general upper bound): if M is (l, eps(l))-RDP for integers l,
     M on a Poisson(q) subsample is (alpha, eps'(alpha))-RDP for integer alpha >= 2 with
     eps'(alpha) = 1/(alpha-1) log[(1-q)^(alpha-1) (alpha q - q + 1)
@@ -462,7 +467,8 @@ def poisson_subsampled_rdp(base_rdp, sampling_rate: float, orders: np.ndarray) -
         small = np.log1p(first_m1 + np.exp(np.minimum(rest, 0.0)))
         big = np.logaddexp(np.log1p(first_m1), rest)
     total = np.where(rest < 0, small, big)
-    return np.minimum(total / (orders - 1), direct)
+    capped: np.ndarray = np.minimum(total / (orders - 1), direct)
+    return capped
 
 
 def event_rdp(event: DistributedDiscreteGaussianDpEvent, orders: np.ndarray,

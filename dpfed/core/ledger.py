@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from dp_accounting.dp_event import DpEvent
 
@@ -93,7 +93,7 @@ class BudgetLedger:
     the owner's current policy and is enforced by this handle on every charge.
     """
 
-    def __init__(self, path: str | os.PathLike, *, epsilon_limit: float, delta_limit: float,
+    def __init__(self, path: str | os.PathLike[str], *, epsilon_limit: float, delta_limit: float,
                  accountant: str = "pld", neighbouring: str = "add_remove",
                  pld_discretization: float = accounting.PLD_VALUE_DISCRETIZATION,
                  busy_timeout: float = 120.0) -> None:
@@ -112,9 +112,9 @@ class BudgetLedger:
         self._conn: sqlite3.Connection | None = sqlite3.connect(
             self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
         # Cache of the flattened multiset of everything committed, up to row ``_seen_seq``.
-        self._counts: Counter = Counter()
-        self._job_counts: dict[str, Counter] = {}
-        self._job_charges: Counter = Counter()
+        self._counts: Counter[Any] = Counter()
+        self._job_counts: dict[str, Counter[Any]] = {}
+        self._job_charges: Counter[Any] = Counter()
         self._seen_seq = 0
         try:
             self._setup()
@@ -183,7 +183,7 @@ class BudgetLedger:
             self._job_charges[job] += 1
             self._seen_seq = seq
 
-    def _epsilon(self, counts: Counter) -> float:
+    def _epsilon(self, counts: Counter[Any]) -> float:
         if not counts:
             return 0.0
         return accounting.epsilon(
@@ -234,7 +234,7 @@ class BudgetLedger:
                     "INSERT INTO charges (charge_id, job, event, epsilon_after, epsilon_limit,"
                     " delta_limit, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (cid, job, event_json, after, self.epsilon_limit, self.delta_limit, time.time()))
-                seq = cur.lastrowid
+                seq = cast(int, cur.lastrowid)  # the row just inserted
                 c.execute("COMMIT")
             except BaseException:
                 if c.in_transaction:
@@ -394,10 +394,10 @@ class BudgetLedger:
                 f"delta_limit={self.delta_limit}, accountant={self.accountant!r})")
 
 
-_FLAT_CACHE: dict[str, Counter] = {}
+_FLAT_CACHE: dict[str, Counter[Any]] = {}
 
 
-def _flatten_json(event_json: str) -> Counter:
+def _flatten_json(event_json: str) -> Counter[Any]:
     """Cached :func:`accounting.flatten` of one stored event."""
     flat = _FLAT_CACHE.get(event_json)
     if flat is None:

@@ -39,6 +39,7 @@ from fractions import Fraction
 from typing import Any, Mapping
 
 import numpy as np
+from numpy.typing import ArrayLike
 from dp_accounting import dp_event
 from scipy import special
 
@@ -136,7 +137,8 @@ def _to_grid(x: np.ndarray, k: int) -> np.ndarray:
     if scaled.size and (scaled.max() >= _MAX_GRID_INT or scaled.min() <= -_MAX_GRID_INT):
         raise ValueError(f"values too large for the public grid 2^-{k}: clamp them to public bounds "
                          "or pass a smaller grid_bits")
-    return np.rint(scaled).astype(np.int64)
+    grid: np.ndarray = np.rint(scaled).astype(np.int64)
+    return grid
 
 
 def _from_grid(z: np.ndarray, k: int) -> np.ndarray:
@@ -152,7 +154,8 @@ def _checked_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if b.size and (b.max() >= 2**62 or b.min() <= -(2**62)) or \
             a.size and (a.max() >= 2**62 or a.min() <= -(2**62)):
         raise OverflowError("noisy value would overflow int64; nothing was released")
-    return a + b
+    total: np.ndarray = a + b
+    return total
 
 
 def _down(x: float) -> float:
@@ -176,7 +179,7 @@ def _dlap_scale(sens: int, epsilon: float) -> Fraction:
     return laplace_fraction(Fraction(s) / Fraction(epsilon))
 
 
-def discrete_laplace(value, *, sensitivity: int, epsilon: float, rng: SecureRNG) -> Release:
+def discrete_laplace(value: ArrayLike, *, sensitivity: int, epsilon: float, rng: SecureRNG) -> Release:
     """Exact discrete Laplace (two-sided geometric) mechanism for integer queries (Ghosh,
     Roughgarden & Sundararajan 2009; sampler CKS20 Alg. 2): value + Z, P(Z=z) ∝ exp(-eps|z|/S),
     ``sensitivity`` S = integer L1 sensitivity. Output: int64 array of the input's shape."""
@@ -202,7 +205,7 @@ def _laplace_grid_bits(sensitivity: float, epsilon: float, d: int) -> int:
     return min(k, math.floor(math.log2(room / sensitivity)))
 
 
-def laplace(value, *, sensitivity: float, epsilon: float, rng: SecureRNG,
+def laplace(value: ArrayLike, *, sensitivity: float, epsilon: float, rng: SecureRNG,
             grid_bits: int | None = None) -> Release:
     """Floating-point-safe Laplace mechanism for a real vector with L1 ``sensitivity``.
 
@@ -283,7 +286,7 @@ def _integer_sensitivity(x: Any, name: str) -> int:
     return int(v)
 
 
-def discrete_gaussian(value, *, sigma: float, rng: SecureRNG, sensitivity: int = 1,
+def discrete_gaussian(value: ArrayLike, *, sigma: float, rng: SecureRNG, sensitivity: int = 1,
                       coordinates: int = 1) -> Release:
     """Exact discrete Gaussian mechanism for integer queries (Canonne, Kamath & Steinke 2020):
     value + Z, P(Z=z) ∝ exp(-||z||²/(2 sigma²)). Output: int64 array of the input's shape.
@@ -321,7 +324,7 @@ def _calibrated_sigma(sens: float, sigma: float | None, epsilon: float | None, d
     return _positive(sigma, "sigma")
 
 
-def rounded_gaussian(value, *, sensitivity: float, rng: SecureRNG, sigma: float | None = None,
+def rounded_gaussian(value: ArrayLike, *, sensitivity: float, rng: SecureRNG, sigma: float | None = None,
                      epsilon: float | None = None, delta: float | None = None,
                      analytic: bool = True) -> Release:
     """Gaussian mechanism for integer queries with L2 ``sensitivity``: value + round(sigma Z),
@@ -338,13 +341,13 @@ def rounded_gaussian(value, *, sensitivity: float, rng: SecureRNG, sigma: float 
     sig = _calibrated_sigma(sens, sigma, epsilon, delta, analytic)
     noisy = _checked_add(x, sample_rounded_gaussian(sig, x.shape, rng))
     details = {"sigma": sig, "sensitivity": sens, "rho": _up(sens * sens / (2 * sig * sig))}
-    if epsilon is not None:
+    if epsilon is not None and delta is not None:  # both or neither (checked above)
         details.update(epsilon=float(epsilon), delta=float(delta))
     return Release(noisy if noisy.ndim else int(noisy),
                    dp_event.GaussianDpEvent(noise_multiplier=_down(sig / _up(sens))), details)
 
 
-def gaussian(value, *, sensitivity: float, rng: SecureRNG, sigma: float | None = None,
+def gaussian(value: ArrayLike, *, sensitivity: float, rng: SecureRNG, sigma: float | None = None,
              epsilon: float | None = None, delta: float | None = None, analytic: bool = True,
              grid_bits: int | None = None, noise_multiplier: float | None = None) -> Release:
     """Floating-point-safe Gaussian mechanism for a real vector with L2 ``sensitivity``.
@@ -370,6 +373,7 @@ def gaussian(value, *, sensitivity: float, rng: SecureRNG, sigma: float | None =
     elif noise_multiplier is not None:
         sig_est = _positive(noise_multiplier, "noise_multiplier") * sens * (1 + _GRID_REL)
     else:
+        assert epsilon is not None and delta is not None  # checked above
         sig_est = gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=sens * (1 + _GRID_REL),
                                  analytic=analytic)
     k = _grid_bits_check(grid_bits)
@@ -382,6 +386,7 @@ def gaussian(value, *, sensitivity: float, rng: SecureRNG, sigma: float | None =
     if noise_multiplier is not None:
         sigma = math.ldexp(_up(float(noise_multiplier) * sens_grid), -k)
     elif sigma is None:
+        assert epsilon is not None and delta is not None  # checked above
         sigma = gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=math.ldexp(sens_grid, -k),
                                analytic=analytic)
     sigma_grid = math.ldexp(sigma, k)
@@ -396,7 +401,7 @@ def gaussian(value, *, sensitivity: float, rng: SecureRNG, sigma: float | None =
         event = dp_event.GaussianDpEvent(noise_multiplier=_down(sigma_grid / sens_grid))
     details = {"grid_bits": k, "sensitivity_on_grid": sens_grid, "sigma": sigma,
                "rho": _up(sens_grid * sens_grid / (2 * sigma_grid * sigma_grid))}
-    if epsilon is not None:
+    if epsilon is not None and delta is not None:  # both or neither (checked above)
         details.update(epsilon=float(epsilon), delta=float(delta))
     return Release(out if out.ndim else float(out), event, details)
 
@@ -412,7 +417,7 @@ def _eps_fraction(epsilon: float) -> Fraction:
     return f
 
 
-def exponential(scores, *, sensitivity: float, epsilon: float, rng: SecureRNG,
+def exponential(scores: ArrayLike, *, sensitivity: float, epsilon: float, rng: SecureRNG,
                 monotonic: bool = False, size: int | None = None) -> Release:
     """Exponential mechanism (McSherry & Talwar 2007): index i with probability
     ∝ exp(eps * q_i / (2 * sensitivity)) (``monotonic=True``: / sensitivity, valid when every
@@ -458,6 +463,7 @@ def exponential(scores, *, sensitivity: float, epsilon: float, rng: SecureRNG,
         chosen[pending[hit]] = idx[hit, first[hit]]
         pending = pending[~hit]
     event = dp_event.DiscreteLaplaceDpEvent(noise_parameter=eps, sensitivity=1)
+    choice: int | np.ndarray
     if size is None:
         choice = int(chosen[0])
     else:
@@ -472,7 +478,7 @@ def _rr_probs(k: int, epsilon: float) -> tuple[float, float]:
     return math.exp(e) / z, 1.0 / z
 
 
-def randomized_response(values, *, k: int, epsilon: float, rng: SecureRNG) -> Release:
+def randomized_response(values: ArrayLike, *, k: int, epsilon: float, rng: SecureRNG) -> Release:
     """k-ary (generalised) randomized response, each value in {0..k-1} (Warner 1965; Kairouz,
     Oh & Viswanath 2016 for k > 2): keep with probability e^eps/(e^eps + k - 1), else report one
     of the other k - 1 values uniformly. epsilon-local-DP per value (replace-one).
@@ -507,7 +513,7 @@ def randomized_response(values, *, k: int, epsilon: float, rng: SecureRNG) -> Re
     return Release(res if res.ndim else int(res), event, {"epsilon": eps, "k": k})
 
 
-def rr_frequencies(responses, *, k: int, epsilon: float) -> np.ndarray:
+def rr_frequencies(responses: ArrayLike, *, k: int, epsilon: float) -> np.ndarray:
     """Unbiased estimate of the true frequency of each category from GRR responses:
     pi_v = (f_v - q) / (p - q), f the observed frequencies, p = e^eps/(e^eps+k-1), q = 1/(e^eps+k-1)
     (Wang et al. 2017, "Locally differentially private protocols for frequency estimation", eq. 2).

@@ -17,6 +17,7 @@ import math
 import os
 import threading
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
@@ -26,12 +27,15 @@ __all__ = ["SecureRNG", "ReproducibleSeedWarning", "default_rng"]
 _TWO64 = 1 << 64
 
 
-def _ziggurat_tables(layers: int = 256, r: float = 3.6541528853610088) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+def _ziggurat_tables(layers: int = 256,
+                     r: float = 3.6541528853610088) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Ziggurat of the half-normal f(x) = exp(-x^2 / 2) (Marsaglia & Tsang 2000): layer i has
     width x[i] and lies between heights f(x[i]) and f(x[i + 1]) (x[layers] = 0, f = 1); the base
     layer 0 is [0, x[0]] x [0, f(r)] with x[0] = v / f(r), whose part beyond r stands for the tail.
     Every layer has area v; with r for 256 layers the top layer's area matches v to ~1e-13."""
-    f = lambda t: math.exp(-0.5 * t * t)  # noqa: E731
+    def f(t: float) -> float:
+        return math.exp(-0.5 * t * t)
+
     v = r * f(r) + math.sqrt(math.pi / 2) * math.erfc(r / math.sqrt(2))
     x = [v / f(r), r]
     for i in range(1, layers - 1):
@@ -72,7 +76,7 @@ class SecureRNG:
         self.reproducible = _reproducible
 
     @classmethod
-    def from_seed(cls, seed: int | str | bytes) -> "SecureRNG":
+    def from_seed(cls, seed: int | str | bytes) -> SecureRNG:
         """A reproducible generator keyed by SHA-256 of ``seed``. For tests and simulations only."""
         warnings.warn(
             "SecureRNG seeded explicitly: its noise is reproducible and offers no privacy "
@@ -100,7 +104,8 @@ class SecureRNG:
         with self._lock:
             if self._zeros.size < n:
                 self._zeros = np.zeros(max(n, 2 * self._zeros.size), dtype=np.uint8)
-            written = self._cipher.update_into(memoryview(self._zeros)[:n], out)
+            # numpy arrays are buffers; numpy's stubs do not say so for Python < 3.12
+            written = self._cipher.update_into(memoryview(self._zeros)[:n], out)  # type: ignore[arg-type]
         assert written == n
         return out[:n]
 
@@ -119,7 +124,7 @@ class SecureRNG:
 
         ``high`` is a positive integer below 2**63, or an int64 array broadcast against ``size``.
         """
-        high_arr = np.asarray(high, dtype=np.int64)
+        high_arr: np.ndarray = np.asarray(high, dtype=np.int64)
         if np.any(high_arr <= 0):
             raise ValueError("integers(high): high must be positive")
         if size is None:
@@ -147,8 +152,11 @@ class SecureRNG:
         if high & (high - 1) == 0:  # power of two: mask, no rejection
             mask = high - 1
             if high <= 1 << 32:
-                return (self._uint32(count) & np.uint32(mask)).astype(np.int64).reshape(size)
-            return (self.uint64(count) & np.uint64(mask)).astype(np.int64).reshape(size)
+                masked: np.ndarray = self._uint32(count) & np.uint32(mask)
+            else:
+                masked = self.uint64(count) & np.uint64(mask)
+            return masked.astype(np.int64).reshape(size)
+        words: Callable[[int], np.ndarray]
         if high <= 1 << 32:  # 32-bit words halve the keystream
             words, limit, h = self._uint32, np.uint32((1 << 32) - ((1 << 32) % high) - 1), np.uint32(high)
         else:
@@ -175,7 +183,8 @@ class SecureRNG:
     # -- floating-point draws (for continuous mechanisms and sampling masks) -----------------
     def uniform(self, size: int | tuple[int, ...]) -> np.ndarray:
         """Uniform floats in [0, 1) on the 2**-53 grid."""
-        return (self.uint64(size) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+        top: np.ndarray = self.uint64(size) >> np.uint64(11)
+        return top.astype(np.float64) * (1.0 / (1 << 53))
 
     def normal(self, size: int | tuple[int, ...], scale: float = 1.0, *, out: np.ndarray | None = None) -> np.ndarray:
         """Gaussian draws by the Box-Muller transform on keystream uniforms.
@@ -260,7 +269,8 @@ class SecureRNG:
         # accept (|x|, y) under the curve, y uniform in the layer's height band [f(x[i]), f(x[i + 1]))
         lw, xw = layer[wedge], z[edge[wedge]]
         y = _ZIG_F[lw] + self._uniform_flat(lw.size) * (_ZIG_F[lw + 1] - _ZIG_F[lw])
-        return edge[wedge][y >= np.exp(-0.5 * xw * xw)]
+        accepted: np.ndarray = edge[wedge][y >= np.exp(-0.5 * xw * xw)]
+        return accepted
 
     def _normal_tail(self, count: int) -> np.ndarray:
         """``count`` draws of |N(0, 1)| conditioned on exceeding r (Marsaglia 1964, exact rejection)."""
@@ -290,7 +300,7 @@ class SecureRNG:
         return self.uniform(n) < q
 
     # -- derived generators --------------------------------------------------------------------
-    def spawn(self, n: int) -> list["SecureRNG"]:
+    def spawn(self, n: int) -> list[SecureRNG]:
         """``n`` independent child generators keyed from this stream (same reproducibility)."""
         return [SecureRNG(_key=self.bytes(32), _reproducible=self.reproducible) for _ in range(n)]
 

@@ -21,9 +21,12 @@ Parameters are turned into rationals with bounded denominators, always rounding 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from dpfed.core.rng import SecureRNG
 
@@ -55,7 +58,7 @@ def _size_tuple(size: int | tuple[int, ...]) -> tuple[int, ...]:
     return size
 
 
-def _collect(shape: tuple[int, ...], batch) -> np.ndarray:
+def _collect(shape: tuple[int, ...], batch: Callable[[int], np.ndarray]) -> np.ndarray:
     """Fill an int64 array of ``shape`` from ``batch(need)``, which returns i.i.d. accepted
     samples (any number); a prefix of i.i.d. samples is i.i.d., so truncation keeps the law."""
     n = int(np.prod(shape))
@@ -87,7 +90,7 @@ def _bernoulli_exp_minus_one(rng: SecureRNG, n: int) -> np.ndarray:
 def _exp_minus_one_from_uniform(m: np.ndarray, rng: SecureRNG) -> np.ndarray:
     """[K odd] for Alg. 1 with gamma = 1, from M uniform on [0, 12!) (see above)."""
     # K = 2 <=> M in [12!/2, 12!) (even); K = 3 <=> M in [12!/6, 12!/2) (odd); 1/24 go on
-    out = (m < _FACT_THRESH[1]) & (m >= _FACT_THRESH[2])
+    out: np.ndarray = (m < _FACT_THRESH[1]) & (m >= _FACT_THRESH[2])
     rest = np.flatnonzero(m < _FACT_THRESH[3])
     if rest.size:
         # K = 1 + #{k in 1..12 : M < 12!/k!}   (thresholds decrease in k)
@@ -124,7 +127,7 @@ def _float_below(w: np.ndarray, a: np.ndarray, err: np.ndarray | float) -> tuple
     return wf + 1.0 <= (a - err) * 2.0**32, wf >= (a + err) * 2.0**32
 
 
-def _iv_below(w: int, nu: int, a) -> bool | None:
+def _iv_below(w: int, nu: int, a: Any) -> bool | None:
     """[U < a] for U in [w, w+1) / 2^nu against the mpmath interval ``a``: True or False when
     the intervals decide it, None when more bits of U (or a tighter ``a``) are needed."""
     from mpmath import iv
@@ -140,7 +143,8 @@ def _iv_below(w: int, nu: int, a) -> bool | None:
 def _bernoulli_exp_lazy(q: np.ndarray | None, r: np.ndarray, den: int | np.ndarray,
                         rng: SecureRNG) -> np.ndarray:
     """Exact Bernoulli(exp(-(q + r/den))) for int64 arrays q >= 0 (or None),
-    0 <= r < den < 2**62 (den a scalar or an array), by lazy comparison: the coin is [U < e^{-gamma}] for a uniform real U of which only 32 bits are drawn.
+    0 <= r < den < 2**62 (den a scalar or an array), by lazy
+    comparison: the coin is [U < e^{-gamma}] for a uniform real U of which only 32 bits are drawn.
 
     Float filter: gamma_f = q + r/den has relative error <= 2^-50 (int64 -> float64 conversions,
     one division, one addition), so a = exp(-gamma_f) is within a (gamma 2^-50 + 16 ulp) <=
@@ -159,7 +163,7 @@ def _bernoulli_exp_lazy(q: np.ndarray | None, r: np.ndarray, den: int | np.ndarr
     out, above = _float_below(w, a, 2.0**-46)
     undecided = ~(out | above)
     for i in np.flatnonzero(undecided):
-        d = int(den) if np.ndim(den) == 0 else int(den[i])
+        d = int(den) if np.ndim(den) == 0 else int(np.asarray(den)[i])
         num = (int(q[i]) if q is not None else 0) * d + int(r[i])
         out[i] = _uniform_below_exp(int(w[i]), num, d, rng)
     return out
@@ -181,7 +185,7 @@ def _uniform_below_exp(w: int, num: int, den: int, rng: SecureRNG) -> bool:
         prec += 64
 
 
-def bernoulli_exp(gamma_num, gamma_den, rng: SecureRNG) -> np.ndarray:
+def bernoulli_exp(gamma_num: ArrayLike, gamma_den: ArrayLike, rng: SecureRNG) -> np.ndarray:
     """Exact Bernoulli(exp(-num/den)), vectorised (lazy comparison, see :func:`_bernoulli_exp_lazy`).
 
     ``gamma_num >= 0`` and ``0 < gamma_den < 2**62`` are integers or int64 arrays (broadcast).
@@ -265,7 +269,8 @@ def _laplace_candidates(t: int, s: int, m: int, rng: SecureRNG) -> np.ndarray:
     if bad.any():
         ok = ~bad
         y, b = y[ok], b[ok]
-    return np.where(b, -y, y)
+    signed: np.ndarray = np.where(b, -y, y)
+    return signed
 
 
 def _dg_sigma(sigma: float | Fraction) -> float:
@@ -478,7 +483,7 @@ def _rg_interval_decide(v: int, nv: int, w: int, nu: int, sigma: float, prec: in
     return ("accept", lo) if lo == hi else ("accept?", 0)
 
 
-def _mp_floor(x) -> int:
+def _mp_floor(x: Any) -> int:
     import mpmath
 
     return int(mpmath.floor(x))

@@ -68,7 +68,8 @@ def default_data_dir() -> Path | None:
     env = os.environ.get("DPFED_DATA_DIR")
     candidates = [Path(env)] if env else []
     root = Path(__file__).resolve().parent.parent.parent
-    candidates += [root.parent / "shared" / "data", Path.cwd().parent / "shared" / "data", Path.cwd() / "shared" / "data"]
+    candidates += [root.parent / "shared" / "data", Path.cwd().parent / "shared" / "data",
+                   Path.cwd() / "shared" / "data"]
     for c in candidates:
         if c.is_dir():
             return c

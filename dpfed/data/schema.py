@@ -6,14 +6,15 @@ from the private data: a domain or a bound computed from the records would itsel
 """
 from __future__ import annotations
 
-from dpfed.core.errors import DpfedError
-
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
+
+from dpfed.core.errors import DpfedError
 
 __all__ = ["Feature", "Schema", "DataValidationError"]
 
@@ -96,7 +97,7 @@ class Schema:
 
     @classmethod
     def numeric_box(cls, d: int, lower: float | Sequence[float], upper: float | Sequence[float],
-                    n_classes: int = 0, prefix: str = "x") -> "Schema":
+                    n_classes: int = 0, prefix: str = "x") -> Schema:
         """All-numeric schema with public bounds (scalars or one per column)."""
         lo = np.broadcast_to(np.asarray(lower, dtype=float), (d,))
         hi = np.broadcast_to(np.asarray(upper, dtype=float), (d,))
@@ -117,7 +118,7 @@ class Schema:
                 "label": self.label}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Schema":
+    def from_dict(cls, d: dict[str, Any]) -> Schema:
         try:
             feats = tuple(Feature(name=str(f["name"]), kind=f["kind"], categories=int(f.get("categories", 0)),
                                   lower=float(f.get("lower", -math.inf)), upper=float(f.get("upper", math.inf)))
@@ -131,7 +132,7 @@ class Schema:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "Schema":
+    def from_json(cls, text: str) -> Schema:
         return cls.from_dict(json.loads(text))
 
     # -- validation ------------------------------------------------------------------------------

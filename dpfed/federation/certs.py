@@ -14,8 +14,8 @@ import ipaddress
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+
 try:  # Python >= 3.11
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the same parser from PyPI

@@ -7,7 +7,7 @@ deployment can run an algorithm that is not in :mod:`dpfed.algorithms`. Both end
 from __future__ import annotations
 
 import importlib
-from typing import Sequence
+from collections.abc import Sequence
 
 from dpfed.algorithms import get_algorithm
 from dpfed.algorithms.contract import Algorithm

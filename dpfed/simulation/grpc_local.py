@@ -107,7 +107,7 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
         # PLD epsilons of pure-DP events are infinite at deltas far below 1e-12 (tail truncation)
         dl = (spec.delta if spec.delta > 0 else PURE_DP_DELTA) if delta_limit is None else delta_limit
         (root / "schema.json").write_text(spec.schema.to_json())
-        for name, (X, y) in zip(names, party_data):
+        for name, (X, y) in zip(names, party_data, strict=True):
             pdir = root / name
             pdir.mkdir(exist_ok=True)
             arrays = {"X": np.asarray(X)} if y is None else {"X": np.asarray(X), "y": np.asarray(y)}
@@ -133,7 +133,7 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
                 log.close()
         deadline = time.monotonic() + start_timeout
         while not server.coordinator.wait_for_parties(names, timeout=0.2):
-            for name, p in zip(names, procs):
+            for name, p in zip(names, procs, strict=True):
                 if p.poll() is not None:
                     raise SimulationError(f"party {name} exited with code {p.returncode}:\n"
                                           f"{_tail(root / name / 'party.log')}")

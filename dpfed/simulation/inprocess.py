@@ -56,8 +56,10 @@ def make_parties(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarra
         raise ValueError("one name per party")
     if ledgers is None:
         ledgers = [default_ledger(spec) for _ in names]
+    if len(ledgers) != len(names):
+        raise ValueError("one ledger per party")
     out = []
-    for name, (X, y), ledger in zip(names, party_data, ledgers):
+    for name, (X, y), ledger in zip(names, party_data, ledgers, strict=True):
         Xv = spec.schema.validate(X, y)
         out.append(PartyContext(name, Xv, None if y is None else np.asarray(y, dtype=np.int64), spec.schema, ledger,
                                 secure_aggregation=True, seed=seed))

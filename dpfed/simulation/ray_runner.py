@@ -67,18 +67,20 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
     try:
         names = [f"party-{i}" for i in range(len(party_data))]
         paths = list(ledger_paths) if ledger_paths is not None else [":memory:"] * len(names)
+        if len(paths) != len(names):
+            raise ValueError("one ledger path per party")
         actor = _party_actor_class()
-        parties = [actor.remote(n, spec.to_json(), X, y, seed, p) for n, (X, y), p in zip(names, party_data, paths)]
+        parties = [actor.remote(n, spec.to_json(), X, y, seed, p) for n, (X, y), p in zip(names, party_data, paths, strict=True)]
         ray.get([p.decide.remote() for p in parties])  # every party charges before any answer
         algo = get_algorithm(spec.algorithm)
         coord = algo.coordinator(spec, names)
 
         def gather(task: Task) -> list[Aggregate]:
-            return [Aggregate(a, (n,)) for n, a in zip(names, ray.get([p.answer.remote(task) for p in parties]))]
+            return [Aggregate(a, (n,)) for n, a in zip(names, ray.get([p.answer.remote(task) for p in parties]), strict=True)]
 
         rounds = drive(coord, gather, algo.combine,
                        on_round=None if progress is None else (lambda task, c: progress(c.progress)))
-        spent = dict(zip(names, ray.get([p.spent.remote() for p in parties])))
+        spent = dict(zip(names, ray.get([p.spent.remote() for p in parties]), strict=True))
         return SimulationResult(model=coord.model(), summary=coord.summary(), epsilon_spent=max(spent.values()),
                                 party_epsilon=spent, rounds=rounds, wall_seconds=time.perf_counter() - t0)
     finally:

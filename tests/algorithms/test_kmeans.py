@@ -12,11 +12,22 @@ import warnings
 import numpy as np
 import pytest
 
+from dpfed.algorithms.contract import JobSpec, TaskRejected
+from dpfed.algorithms.kmeans import (
+    ALGORITHMS,
+    DPKMeans,
+    align_blocks,
+    canonical_order,
+    evaluate,
+    inertia,
+    kmeans,
+    make_plan,
+    merge_centers,
+    plan_event,
+    public_anchors,
+)
 from dpfed.core import accounting
 from dpfed.data.datasets import make_blobs
-from dpfed.algorithms.contract import JobSpec, TaskRejected
-from dpfed.algorithms.kmeans import (ALGORITHMS, DPKMeans, align_blocks, canonical_order, evaluate, inertia, kmeans,
-                          make_plan, merge_centers, plan_event, public_anchors)
 from dpfed.data.schema import DataValidationError, Schema
 from dpfed.simulation import run_inprocess
 

@@ -11,17 +11,25 @@ import math
 import numpy as np
 import pytest
 
-from dpfed.federation.session import TaskError
-
-from dpfed.core import accounting
-from dpfed.data.datasets import kfold_indices
 from dpfed.algorithms.contract import JobSpec, Task, TaskRejected
-from dpfed.core.ledger import BudgetExceededError, BudgetLedger
-from dpfed.algorithms.lvq import (DEFAULTS, DPGLVQ, DPGMLVQ, LVQCoordinator, LVQParty, add_arguments, params_from_args,
-                       prepare_params, privacy_plan)
+from dpfed.algorithms.lvq import (
+    DEFAULTS,
+    DPGLVQ,
+    DPGMLVQ,
+    LVQCoordinator,
+    LVQParty,
+    add_arguments,
+    params_from_args,
+    prepare_params,
+    privacy_plan,
+)
 from dpfed.algorithms.lvq_model import clipped_gradient_sum, cost, per_sample_gradients_naive
+from dpfed.core import accounting
+from dpfed.core.ledger import BudgetExceededError, BudgetLedger
 from dpfed.core.rng import SecureRNG
+from dpfed.data.datasets import kfold_indices
 from dpfed.data.schema import DataValidationError, Schema
+from dpfed.federation.session import TaskError
 from dpfed.simulation import run_inprocess
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpfed.core.rng.ReproducibleSeedWarning")
@@ -130,8 +138,8 @@ def test_party_refuses_job_over_its_budget() -> None:
 def test_party_refuses_understated_noise_and_out_of_plan_rounds() -> None:
     spec = _spec()
     party = LVQParty()
-    cheat = JobSpec(spec.job_id, spec.algorithm, {**spec.params, "noise_multiplier": 0.5 * spec.params["noise_multiplier"]},
-                    spec.schema)
+    cheat = JobSpec(spec.job_id, spec.algorithm,
+                    {**spec.params, "noise_multiplier": 0.5 * spec.params["noise_multiplier"]}, spec.schema)
     with pytest.raises(TaskRejected, match="epsilon"):
         party.job_event(cheat)
     party.job_event(spec)

@@ -12,13 +12,22 @@ import warnings
 import numpy as np
 import pytest
 
-from dpfed.core import accounting
 from dpfed.algorithms import get_algorithm
-from dpfed.data.datasets import load_dataset, split_parties
-from dpfed.algorithms.contract import Aggregate, sum_combine, JobSpec, Task, TaskRejected
-from dpfed.algorithms.naive_bayes import (DataDerivedSchemaWarning, DPNaiveBayes, Layout, NaiveBayesCoordinator,
-                               NaiveBayesParty, evaluate, plan_release, simplex_rows, sufficient_statistics)
+from dpfed.algorithms.contract import Aggregate, JobSpec, Task, TaskRejected, sum_combine
+from dpfed.algorithms.naive_bayes import (
+    DataDerivedSchemaWarning,
+    DPNaiveBayes,
+    Layout,
+    NaiveBayesCoordinator,
+    NaiveBayesParty,
+    evaluate,
+    plan_release,
+    simplex_rows,
+    sufficient_statistics,
+)
+from dpfed.core import accounting
 from dpfed.core.rng import ReproducibleSeedWarning, SecureRNG
+from dpfed.data.datasets import load_dataset, split_parties
 from dpfed.data.schema import DataValidationError, Feature, Schema
 from dpfed.simulation import run_inprocess
 

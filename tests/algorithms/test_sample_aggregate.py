@@ -14,13 +14,23 @@ import pytest
 from dp_accounting import dp_event
 from scipy import integrate, stats
 
+from dpfed.algorithms.sample_aggregate import (
+    assign_blocks,
+    attention_t0,
+    center_of_attention,
+    center_of_attention_release,
+    clamped_mean_release,
+    gaussian_dilation_delta,
+    gaussian_sliding_delta,
+    gaussian_smooth_params,
+    radii,
+    run_blocks,
+    smooth_sensitivity,
+    smooth_sensitivity_bounds,
+)
 from dpfed.core import accounting
 from dpfed.core.ledger import BudgetLedger
 from dpfed.core.rng import SecureRNG
-from dpfed.algorithms.sample_aggregate import (assign_blocks, attention_t0, center_of_attention, clamped_mean_release,
-                                    center_of_attention_release, gaussian_dilation_delta,
-                                    gaussian_sliding_delta, gaussian_smooth_params, radii, run_blocks,
-                                    smooth_sensitivity, smooth_sensitivity_bounds)
 
 warnings.filterwarnings("ignore", message="SecureRNG seeded explicitly")
 
@@ -111,7 +121,7 @@ def test_dilation_delta_matches_numerical_integration_in_one_dimension() -> None
     for lam, eps in [(0.2, 0.05), (-0.2, 0.05), (0.5, 0.3), (-0.4, 0.1)]:
         p = stats.norm(0, 1).pdf
         q = stats.norm(0, math.exp(lam)).pdf
-        num = integrate.quad(lambda z: max(p(z) - math.exp(eps) * q(z), 0.0), -30, 30, limit=400)[0]
+        num = integrate.quad(lambda z, p=p, q=q, eps=eps: max(p(z) - math.exp(eps) * q(z), 0.0), -30, 30, limit=400)[0]
         assert gaussian_dilation_delta(lam, eps, 1) == pytest.approx(num, rel=1e-4, abs=1e-10)
 
 

@@ -11,8 +11,8 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from dpfed.core import accounting as A
 from dpfed.cli import main
+from dpfed.core import accounting as A
 
 KEYS = {"epsilon", "noise_multiplier", "delta", "sampling_rate", "steps", "accountant"}
 
@@ -95,7 +95,8 @@ def test_pld_discretization_option_is_documented_tradeoff(capsys):
 
 @pytest.mark.parametrize("bad", [
     ["--sampling-rate", "1.5"], ["--sampling-rate", "0"], ["--steps", "0"], ["--steps", "2.5"],
-    ["--delta", "1"], ["--delta", "abc"], ["--noise-multiplier", "-1"], ["--noise-multiplier", "0"], ["--noise-multiplier", "inf"], ["--accountant", "moments"],
+    ["--delta", "1"], ["--delta", "abc"], ["--noise-multiplier", "-1"], ["--noise-multiplier", "0"],
+    ["--noise-multiplier", "inf"], ["--accountant", "moments"],
 ])
 def test_bad_input_is_a_clear_usage_error(capsys, bad):
     argv = {"--noise-multiplier": "1.0", "--sampling-rate": "0.01", "--steps": "10", "--delta": "1e-5"}

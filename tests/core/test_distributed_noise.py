@@ -15,7 +15,6 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp_acc
 from scipy import linalg, special, stats
 
 from dpfed.core import distributed_noise as dn
-
 from dpfed.core.rng import SecureRNG
 from dpfed.core.samplers import sample_discrete_gaussian
 

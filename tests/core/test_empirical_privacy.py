@@ -26,8 +26,15 @@ import pytest
 from scipy import stats
 
 from dpfed.core import accounting
-from dpfed.core.mechanisms import (discrete_gaussian, discrete_laplace, exponential, gaussian, laplace,
-                              randomized_response, rounded_gaussian)
+from dpfed.core.mechanisms import (
+    discrete_gaussian,
+    discrete_laplace,
+    exponential,
+    gaussian,
+    laplace,
+    randomized_response,
+    rounded_gaussian,
+)
 from dpfed.core.rng import SecureRNG
 
 ALPHA = 1e-3

@@ -56,7 +56,7 @@ def reachable(y: float, x: int, b: float) -> bool:
 def attack(outputs: np.ndarray, secrets: np.ndarray, coin: np.random.Generator) -> tuple[float, float]:
     """(success rate, fraction of trials where the true count was judged reachable)."""
     wins, true_ok = 0, 0
-    for y, x in zip(outputs.tolist(), secrets.tolist()):
+    for y, x in zip(outputs.tolist(), secrets.tolist(), strict=True):
         r0, r1 = reachable(y, 0, SCALE), reachable(y, 1, SCALE)
         true_ok += (r0, r1)[x]
         guess = 0 if (r0 and not r1) else 1 if (r1 and not r0) else int(coin.integers(2))

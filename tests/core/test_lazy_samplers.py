@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpfed.core.rng import SecureRNG
 from dpfed.core import samplers
+from dpfed.core.rng import SecureRNG
 from dpfed.core.samplers import sample_rounded_gaussian
-
 from sampler_checks import chi2_pvalue, dgauss_pmf
 
 ALPHA = 1e-4
@@ -145,7 +144,7 @@ def test_discrete_gaussian_exact_path_alone_has_the_law():
     t, m = samplers._dg_envelope(sigma)
     r = rng("dg-exact")
     v, w, neg = r.uint64(4000), r._uint32(4000), samplers._bits(r, 4000)
-    got = [samplers._dg_exact_one(int(a), int(b), bool(c), t, sigma, m, r) for a, b, c in zip(v, w, neg)]
+    got = [samplers._dg_exact_one(int(a), int(b), bool(c), t, sigma, m, r) for a, b, c in zip(v, w, neg, strict=True)]
     x = np.array([g for g in got if g is not None], dtype=np.int64)
     assert 0.5 < x.size / 4000 < 0.8  # acceptance ~0.76 exp(-1/(2 sigma)) = 0.52..0.8
     assert chi2_pvalue(x, lambda xs: dgauss_pmf(xs, sigma), min_expected=10.0) > ALPHA

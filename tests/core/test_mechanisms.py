@@ -18,13 +18,13 @@ from dpfed.core import accounting, clipping
 from dpfed.core.mechanisms import (
     Release,
     discrete_gaussian,
-    rounded_gaussian,
     discrete_laplace,
     exponential,
     gaussian,
     gaussian_sigma,
     laplace,
     randomized_response,
+    rounded_gaussian,
     rr_frequencies,
 )
 from dpfed.core.rng import SecureRNG

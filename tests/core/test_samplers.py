@@ -11,17 +11,17 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from sampler_checks import chi2_pvalue, dgauss_pmf
 from scipy import stats
 
-from dpfed.core.rng import SecureRNG
 from dpfed.core import samplers
+from dpfed.core.rng import SecureRNG
 from dpfed.core.samplers import (
     bernoulli_exp,
     laplace_fraction,
     sample_discrete_gaussian,
     sample_discrete_laplace,
 )
+from sampler_checks import chi2_pvalue, dgauss_pmf
 
 ALPHA = 1e-4
 
@@ -177,7 +177,7 @@ def test_exp_minus_one_boundaries_exact():
     ms = sorted({m for k in range(1, 13) for m in (f12 // math.factorial(k) + d for d in (-1, 0, 1))
                  if 0 <= m < f12})
     got = samplers._exp_minus_one_from_uniform(np.array(ms, dtype=np.int64), rng("bounds"))
-    for m, g in zip(ms, got):
+    for m, g in zip(ms, got, strict=True):
         if m == 0:
             continue  # K > 12: continues at random
         k_stop = 1 + sum(m < f12 // math.factorial(j) for j in range(1, 13))

@@ -9,14 +9,13 @@ import signal
 import numpy as np
 import pytest
 
-from dpfed.cli.coordinator import format_status
 from coordinator.client import JobError
-from coordinator.server import serve
 from coordinator.config import CoordinatorConfig
+from coordinator.server import serve
 from dpfed.cli import main
+from dpfed.cli.coordinator import format_status
 from dpfed.core.ledger import BudgetLedger
-from net_helpers import (PLUGINS, ThreadParty, admin, party_config, spawn_party, start_coordinator,
-                         wait_until)
+from net_helpers import PLUGINS, ThreadParty, admin, party_config, spawn_party, start_coordinator, wait_until
 
 
 def _ledger_ids(path) -> list[str]:

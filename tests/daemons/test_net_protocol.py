@@ -9,10 +9,10 @@ import grpc
 import numpy as np
 import pytest
 
-from dpfed.core.accounting import event_to_json
 from dpfed.algorithms.contract import JobSpec, Task
+from dpfed.core.accounting import event_to_json
 from dpfed.core.rng import SecureRNG
-from net_helpers import (SCHEMA, admin, party_data, raw_stub, register)
+from net_helpers import SCHEMA, admin, party_data, raw_stub, register
 from net_noisy_mean import NoisyMeanParty
 from protos import dpfed_pb2 as pb
 from protos.codec import PROTOCOL_VERSION, ArrayAssembler, encode_arrays
@@ -100,7 +100,7 @@ def test_ids_replays_and_duplicates(net):
                                (dict(round=1), grpc.StatusCode.FAILED_PRECONDITION),
                                (dict(version=2), grpc.StatusCode.FAILED_PRECONDITION)]:
             parts = _answer_parts(token, task0, spec, half, rng, X, **override)
-            assert _err(lambda: stub.SubmitResult(iter(parts), timeout=10)).code() == code, override
+            assert _err(lambda parts=parts: stub.SubmitResult(iter(parts), timeout=10)).code() == code, override
         # malformed chunks (wrong size) and a stream that never sends its last part
         broken = pb.ResultPart(**_ids(token, job, 0, task0.task_id), last=True,
                                chunks=[pb.ArrayChunk(name="sum", dtype="<f8", shape=[4], total_bytes=32, data=b"1")])

@@ -4,10 +4,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from dpfed.data.datasets import load_dataset
 from dpfed.algorithms.contract import JobSpec
-from party.config import PartyConfig
+from dpfed.data.datasets import load_dataset
 from dpfed.federation.session import decide
+from party.config import PartyConfig
 from party.daemon import PartyDaemon
 
 

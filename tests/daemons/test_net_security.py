@@ -95,10 +95,10 @@ def test_roles_are_enforced(net):
 def test_insecure_mode_works_and_warns_loudly(tmp_path, capsys):
     import dataclasses
 
+    from coordinator.client import AdminClient
     from coordinator.config import CoordinatorConfig
     from coordinator.server import serve
     from net_helpers import PLUGINS, ThreadParty, party_config
-    from coordinator.client import AdminClient
 
     pki = make_pki(tmp_path, parties=1)
     server = serve(CoordinatorConfig(listen="127.0.0.1:0", state_dir=tmp_path / "state", insecure=True,

@@ -7,8 +7,8 @@ import stat
 import pytest
 from cryptography import x509
 
-from dpfed.federation import certs
 from dpfed.cli import main
+from dpfed.federation import certs
 
 
 def test_init_and_issue(tmp_path):

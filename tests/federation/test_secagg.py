@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +16,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, x25519
 from scipy.stats import chi2
 
-from dpfed.federation.certs import init_ca, issue
 from dpfed.federation import secagg as sa
+from dpfed.federation.certs import init_ca, issue
 
 ALPHA = 1e-6  # false-alarm rate of each chi-square uniformity test below
 
@@ -89,9 +88,9 @@ def test_shamir_any_t_shares_reconstruct_and_t_minus_1_do_not():
     secret = int.from_bytes(bytes(range(32)), "big")
     xs = [3, 5, 8, 11, 13, 21, 34]
     shares = sa.shamir_split(secret, xs, 4)
-    for sub in itertools.combinations(zip(xs, shares), 4):
+    for sub in itertools.combinations(zip(xs, shares, strict=True), 4):
         assert sa.shamir_reconstruct(sub) == secret
-    for sub in itertools.combinations(zip(xs, shares), 3):
+    for sub in itertools.combinations(zip(xs, shares, strict=True), 3):
         assert sa.shamir_reconstruct(sub) != secret  # fails only with probability ~2^-521
 
 

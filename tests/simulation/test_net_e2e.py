@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpfed.simulation.grpc_local import SimulationError, run_grpc_simulation
-from dpfed.cli import main
 from dpfed.algorithms.contract import JobSpec
+from dpfed.cli import main
+from dpfed.simulation.grpc_local import SimulationError, run_grpc_simulation
 from net_helpers import PLUGINS, SCHEMA, SUPPORT, make_pki, party_config
 
 EPS = 1.0

@@ -10,9 +10,10 @@ import json
 import queue
 import secrets
 import threading
+from collections.abc import Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import grpc
 import numpy as np
@@ -40,7 +41,7 @@ class Result:
 @dataclass
 class _Conn:
     name: str
-    outbox: "queue.Queue[pb.CoordinatorMessage | None]" = field(default_factory=queue.Queue)
+    outbox: queue.Queue[pb.CoordinatorMessage | None] = field(default_factory=queue.Queue)
 
 
 class EvilCoordinator(pbg.PartyServicer):
@@ -50,9 +51,9 @@ class EvilCoordinator(pbg.PartyServicer):
         self.tls, self.chunk_bytes = tls, chunk_bytes
         self._conns: dict[str, _Conn] = {}        # session token -> connection
         self._lock = threading.Lock()
-        self.registered: "queue.Queue[str]" = queue.Queue()
-        self.responses: "queue.Queue[pb.JobResponse]" = queue.Queue()
-        self.results: "queue.Queue[Result]" = queue.Queue()
+        self.registered: queue.Queue[str] = queue.Queue()
+        self.responses: queue.Queue[pb.JobResponse] = queue.Queue()
+        self.results: queue.Queue[Result] = queue.Queue()
         self._ids = itertools.count()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=channel_options())
         pbg.add_PartyServicer_to_server(self, self.server)
@@ -60,7 +61,7 @@ class EvilCoordinator(pbg.PartyServicer):
         self.port = (self.server.add_secure_port(addr, server_credentials(tls)) if tls is not None
                      else self.server.add_insecure_port(addr))
 
-    def __enter__(self) -> "EvilCoordinator":
+    def __enter__(self) -> EvilCoordinator:
         self.server.start()
         return self
 

@@ -13,17 +13,17 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from dpfed.federation import certs
 from coordinator.client import AdminClient
 from coordinator.config import CoordinatorConfig
 from coordinator.server import RunningServer, serve
 from dpfed.data.schema import Schema
+from dpfed.federation import certs
+from dpfed.federation.tls import TlsFiles, channel_credentials
 from party.config import PartyConfig, write_config
 from party.daemon import PartyDaemon
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
 from protos.codec import PROTOCOL_VERSION, channel_options
-from dpfed.federation.tls import TlsFiles, channel_credentials
 
 SUPPORT = Path(__file__).resolve().parent  # on sys.path: the plugin below is imported by name
 PLUGINS = ("net_noisy_mean",)

@@ -12,13 +12,21 @@ Registered through the daemons' ``plugins`` setting (``plugins = ["net_noisy_mea
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from dp_accounting import LaplaceDpEvent, SelfComposedDpEvent
 
-from dpfed.algorithms.contract import (Aggregate, Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task,
-                                       TaskRejected)
+from dpfed.algorithms.contract import (
+    Aggregate,
+    Algorithm,
+    Answer,
+    CoordinatorAlgorithm,
+    JobSpec,
+    PartyAlgorithm,
+    Task,
+    TaskRejected,
+)
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import Schema
 
