@@ -11,9 +11,10 @@ Each subclass also keeps the built-in base it always had (``ValueError`` for bad
 | :class:`dpfed.data.schema.DataValidationError` | data | records or a schema break the declared schema |
 | :class:`dpfed.algorithms.contract.TaskRejected` | algorithms | a party refuses a job or task (with a reason) |
 | :class:`dpfed.federation.config.ConfigError` | federation | a configuration file is missing or wrong |
+| :class:`dpfed.federation.secagg.SecAggError` | federation | secure aggregation failed (key, envelope, survivors) |
 | :class:`protos.codec.ProtocolError` | protos | a malformed message on the wire |
 | :class:`coordinator.client.JobError` | coordinator | a job failed, was refused or cancelled |
-| :class:`dpfed.simulation.grpc_local.SimulationError` | simulation | a simulated party could not start or the job did not finish |
+| :class:`dpfed.simulation.grpc_local.SimulationError` | simulation | a simulated party failed or the job stalled |
 """
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ import os
 import secrets
 import struct
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 from cryptography import x509
@@ -51,6 +51,8 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.x509.oid import NameOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
+
+from dpfed.core.errors import DpfedError
 
 __all__ = [
     "SecAggError", "KeySubstitutionError", "EnvelopeError", "ProtocolError", "UnmaskRefused",
@@ -69,7 +71,7 @@ _SECRET = 32
 
 # ----------------------------------------------------------------------------------- errors
 
-class SecAggError(Exception):
+class SecAggError(DpfedError):
     """Base class of every secure-aggregation failure."""
 
 
@@ -545,7 +547,7 @@ class SecAggClient:
         s_sh = shamir_split(int.from_bytes(s_raw, "big"), xs, t)
         b_sh = shamir_split(int.from_bytes(st.b, "big"), xs, t)
         out = []
-        for v, x, ss, bs in zip(holders, xs, s_sh, b_sh):
+        for v, x, ss, bs in zip(holders, xs, s_sh, b_sh, strict=True):
             key = _envelope_key(st.c_sk.exchange(x25519.X25519PublicKey.from_public_bytes(got[v].c_pk)),
                                 self.config.job_id, r, self.name, v)
             nonce = os.urandom(12)
