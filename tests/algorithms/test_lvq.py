@@ -29,7 +29,6 @@ from dpfed.core.ledger import BudgetExceededError, BudgetLedger
 from dpfed.core.rng import SecureRNG
 from dpfed.data.datasets import kfold_indices
 from dpfed.data.schema import DataValidationError, Schema
-from dpfed.federation.session import TaskError
 from dpfed.simulation import run_inprocess
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpfed.core.rng.ReproducibleSeedWarning")
