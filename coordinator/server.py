@@ -48,7 +48,7 @@ from protos import dpfed_pb2_grpc as pbg
 from protos.codec import (PROTOCOL_VERSION, ArrayAssembler, ProtocolError, channel_options, chunk_groups,
                           encode_arrays)
 from dpfed.federation.plugins import load_algorithm
-from dpfed.federation.tls import peer_identity, server_credentials, warn_insecure
+from dpfed.federation.tls import peer_identity, peer_revoked, server_credentials, warn_insecure
 
 __all__ = ["Coordinator", "serve"]
 
@@ -118,6 +118,8 @@ class Coordinator:
                 raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "a client certificate is required")
             return None
         name, cert_role = ident
+        if peer_revoked(context, self.config.tls):
+            raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"certificate {name!r} is revoked")
         if cert_role != role:
             raise _Abort(grpc.StatusCode.PERMISSION_DENIED,
                          f"certificate {name!r} has role {cert_role or 'none'!r}; this call needs a {role} certificate")

@@ -35,7 +35,7 @@ from dpfed.data.files import load_and_validate
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
 from protos.codec import PROTOCOL_VERSION, ArrayAssembler, ProtocolError, channel_options, chunk_groups, encode_arrays
-from dpfed.federation.tls import channel_credentials, warn_insecure
+from dpfed.federation.tls import PeerRefused, channel_credentials, check_coordinator, warn_insecure
 
 __all__ = ["PartyDaemon", "main"]
 
@@ -101,6 +101,11 @@ class PartyDaemon:
             except _Refused as exc:
                 log.error("coordinator refused party %s: %s", self.config.name, exc.error.details())
                 raise exc.error from None
+            except (PeerRefused, OSError) as exc:  # not our coordinator (or unreachable): never register there
+                if self._stop.is_set():
+                    break
+                log.error("not connecting to %s: %s; retrying in %.1f s", self.config.coordinator, exc,
+                          self.config.reconnect_seconds)
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
                 if self._stop.is_set():
@@ -116,6 +121,8 @@ class PartyDaemon:
 
     def _serve_once(self) -> None:
         cfg = self.config
+        if not cfg.insecure:  # the server must hold an unrevoked coordinator certificate of our CA
+            check_coordinator(cfg.coordinator, cfg.tls)
         self._channel = ch = self._open_channel()
         stub = pbg.PartyStub(ch)
         try:

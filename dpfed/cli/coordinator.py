@@ -1,5 +1,5 @@
 """Operator commands: ``dpfed coordinator serve``, ``status``, ``job submit|cancel|wait``,
-``model get`` and ``certs init|issue``.
+``model get`` and ``certs init|issue|request|sign|revoke``.
 
 Commands that talk to a running coordinator take ``--coordinator HOST:PORT`` and an operator
 certificate ``--cert FILE`` (key: same path with ``.key``, CA: ``ca.crt`` beside it, or ``--key``/
@@ -108,7 +108,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     get.set_defaults(func=_cmd_model_get)
 
     ce = sub.add_parser("certs", help="a small certificate authority for mutual TLS")
-    csub = ce.add_subparsers(dest="certs_command", metavar="{init,issue}")
+    csub = ce.add_subparsers(dest="certs_command", metavar="{init,issue,request,sign,revoke}")
     ce.set_defaults(func=lambda a: (ce.print_help(), 2)[1])
     init = csub.add_parser("init", help="create a CA (ca.crt, ca.key) in DIR")
     init.add_argument("dir", metavar="DIR")
@@ -123,6 +123,24 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     iss.add_argument("--san", action="append", default=[], metavar="HOST",
                      help="extra DNS name or IP address (repeatable; localhost and 127.0.0.1 are always in)")
     iss.set_defaults(func=_cmd_certs_issue)
+    req = csub.add_parser("request", help="at a site: a new key NAME.key and a signing request NAME.csr "
+                                          "(the key never leaves the site)")
+    req.add_argument("name", metavar="NAME", help="party name, 'coordinator' or 'operator'")
+    req.add_argument("--role", choices=("party", "coordinator", "operator"), required=True)
+    req.add_argument("--out", default=".", metavar="DIR", help="where to write (default: here)")
+    req.add_argument("--san", action="append", default=[], metavar="HOST",
+                     help="coordinator only: its DNS name or IP address (repeatable)")
+    req.set_defaults(func=_cmd_certs_request)
+    sg = csub.add_parser("sign", help="at the CA: sign a request; writes NAME.crt (and ca.crt) beside it")
+    sg.add_argument("csr", metavar="CSR", help="NAME.csr from 'dpfed certs request'")
+    sg.add_argument("--ca", required=True, metavar="DIR", help="the CA directory (from 'certs init')")
+    sg.add_argument("--out", default=None, metavar="DIR", help="where to write (default: beside the CSR)")
+    sg.set_defaults(func=_cmd_certs_sign)
+    rv = csub.add_parser("revoke", help="revoke every certificate issued to NAME (writes DIR/crl.pem: copy it "
+                                        "beside ca.crt at the coordinator and the parties)")
+    rv.add_argument("name", metavar="NAME")
+    rv.add_argument("--ca", required=True, metavar="DIR", help="the CA directory")
+    rv.set_defaults(func=_cmd_certs_revoke)
 
 
 # ---------------------------------------------------------------------- commands
@@ -296,4 +314,41 @@ def _cmd_certs_issue(args: argparse.Namespace) -> int:
         return 1
     print(crt)
     print(key)
+    return 0
+
+
+def _cmd_certs_request(args: argparse.Namespace) -> int:
+    from dpfed.federation.certs import request
+
+    try:
+        key, csr = request(args.name, args.role, args.out, sans=args.san)
+    except ValueError as exc:
+        print(f"dpfed certs request: error: {exc}", file=sys.stderr)
+        return 1
+    print(key)
+    print(csr)
+    return 0
+
+
+def _cmd_certs_sign(args: argparse.Namespace) -> int:
+    from dpfed.federation.certs import sign
+
+    try:
+        crt = sign(args.csr, args.ca, args.out)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"dpfed certs sign: error: {exc}", file=sys.stderr)
+        return 1
+    print(crt)
+    return 0
+
+
+def _cmd_certs_revoke(args: argparse.Namespace) -> int:
+    from dpfed.federation.certs import revoke
+
+    try:
+        crl = revoke(args.name, args.ca)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"dpfed certs revoke: error: {exc}", file=sys.stderr)
+        return 1
+    print(crl)
     return 0

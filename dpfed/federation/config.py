@@ -40,4 +40,7 @@ def tls_from(table: dict[str, Any], base: Path, where: str) -> TlsFiles:
     missing = [k for k in ("ca", "cert", "key") if not isinstance(tls.get(k), str)]
     if missing:
         raise ConfigError(f"{where}: [tls] is missing {', '.join(missing)}")
-    return TlsFiles(*(base / tls[k] for k in ("ca", "cert", "key")))
+    crl = tls.get("crl")
+    if crl is not None and not isinstance(crl, str):
+        raise ConfigError(f"{where}: [tls] crl must be a file name")
+    return TlsFiles(*(base / tls[k] for k in ("ca", "cert", "key")), crl=None if crl is None else base / crl)

@@ -7,12 +7,16 @@ the bytes the party actually sent and on its ledger.
 """
 from __future__ import annotations
 
+import queue
+import shutil
+
 import numpy as np
 import pytest
 
 from dpfed.algorithms import get_algorithm, lvq
 from dpfed.algorithms.contract import JobSpec
 from dpfed.data.schema import Schema
+from dpfed.federation.tls import TlsFiles
 from evil_coordinator import EvilCoordinator
 from net_helpers import ThreadParty, make_pki, party_config
 
@@ -123,3 +127,80 @@ def test_a_job_offered_again_after_its_end_costs_nothing_and_replays(evil, algor
                                                                     if algorithm == "glvq" else {})))
     assert not other.accept and "already used with other parameters" in other.reason
     assert ledger.charge_ids() == [f"{spec.job_id}:plan"]
+
+
+# ------------------------------------------------------------------------------------- finding 5
+
+def _legacy_party_cert(pki, name: str) -> TlsFiles:
+    """A party certificate as the CA issued them before the fix: serverAuth and localhost SANs for every role."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ca_dir = pki.root / "ca"
+    ca_cert = x509.load_pem_x509_certificate((ca_dir / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), password=None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name),
+                                     x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "party")]))
+            .issuer_name(ca_cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           False)
+            .sign(ca_key, hashes.SHA256()))
+    d = pki.root / "legacy"
+    d.mkdir(exist_ok=True)
+    (d / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (d / f"{name}.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                      serialization.NoEncryption()))
+    return TlsFiles(pki.files("coordinator").ca, d / f"{name}.crt", d / f"{name}.key")
+
+
+def _never_registers(server_tls: TlsFiles, pki, root) -> None:
+    with EvilCoordinator(server_tls) as ev:
+        cfg = party_config(pki, root, "party-0", ev.port, data=_records()[0], labels=_records()[1], schema=SCHEMA)
+        party = ThreadParty(cfg)
+        try:
+            with pytest.raises(queue.Empty):
+                ev.registered.get(timeout=3.0)
+            assert party.thread.is_alive() and party.error is None   # it keeps trying, it does not die
+        finally:
+            party.stop()
+
+
+@pytest.mark.parametrize("server", ["party-1", "operator", "legacy-party"])
+def test_a_party_registers_only_with_a_coordinator_certificate(pki, tmp_path, server):
+    tls = _legacy_party_cert(pki, "party-1") if server == "legacy-party" else pki.files(server)
+    _never_registers(tls, pki, tmp_path)
+
+
+def test_revoked_certificates_are_refused_by_both_ends(tmp_path):
+    import grpc
+
+    from dpfed.federation import certs
+    from net_helpers import raw_stub, register, start_coordinator
+
+    pki = make_pki(tmp_path / "pki", parties=2)
+    server = start_coordinator(pki, tmp_path / "state")
+    try:
+        ch, stub = raw_stub(pki, server.port, "party-1")
+        with ch:
+            assert register(stub, "party-1")
+            crl = certs.revoke("party-1", pki.root / "ca")
+            shutil.copyfile(crl, pki.files("party-1").ca.parent / "crl.pem")  # beside every ca.crt
+            with pytest.raises(grpc.RpcError) as info:
+                register(stub, "party-1")
+            assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED and "revoked" in info.value.details()
+    finally:
+        server.stop(0.5)
+    crl = certs.revoke("coordinator", pki.root / "ca")
+    shutil.copyfile(crl, pki.files("coordinator").ca.parent / "crl.pem")
+    _never_registers(pki.files("coordinator"), pki, tmp_path)
