@@ -44,8 +44,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", default=None, help="folder of dataset .npz files (default ../shared/data if present)")
     p.add_argument("--transport", choices=("grpc", "inproc", "ray"), default="grpc",
                    help="grpc: real processes over loopback mutual TLS (default); inproc: same halves, one "
-                        "process; ray: one Ray actor per party (local, or --ray-address of a cluster)")
+                        "process; ray: the parties multiplexed over a pool of Ray worker actors, one per CPU "
+                        "(local, or --ray-address of a cluster)")
     p.add_argument("--ray-address", default=None, help="with --transport ray: join this Ray cluster")
+    p.add_argument("--ray-workers", type=int, default=None,
+                   help="with --transport ray: number of worker actors (default: one per CPU of the cluster)")
+    p.add_argument("--ledger-dir", default=None,
+                   help="with --transport ray: one durable ledger file per party in this folder, so that a "
+                        "failed worker is restarted without charging anything twice (default: in memory)")
     p.add_argument("--insecure", action="store_true", help="grpc without TLS (loudly warned; testing only)")
     p.add_argument("--cv", type=int, default=None, metavar="K", help="K-fold cross-validation over the whole data")
     p.add_argument("--cv-train-on-one", action="store_true",
@@ -116,7 +122,9 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
         elif args.transport == "ray":
             from dpfed.simulation.ray_runner import run_ray_simulation
 
-            res = run_ray_simulation(spec, party_data, seed=args.seed, address=args.ray_address, progress=progress)
+            res = run_ray_simulation(spec, party_data, seed=args.seed, address=args.ray_address, progress=progress,
+                                     workers=args.ray_workers,
+                                     ledger_dir=None if args.ledger_dir is None else f"{args.ledger_dir}/{job_id}")
         else:
             from dpfed.simulation.grpc_local import run_grpc_simulation
 
@@ -128,6 +136,9 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
         "epsilon": args.epsilon, "delta": delta, "epsilon_spent": spent,
         "split": args.split, "transport": args.transport, "seed": args.seed, "rounds": rounds,
     }
+    if args.transport == "ray":
+        out["ray_workers"] = res.info.get("workers")
+        out["ray_nodes"] = len(res.info.get("nodes", ()))
     out.update({k: v for k, v in summary.items() if k not in out})
     for key in metrics[0]:
         vals = [m[key] for m in metrics]

@@ -14,11 +14,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dpfed.algorithms import get_algorithm
 from dpfed.algorithms.contract import Aggregate, JobSpec, Task
 from dpfed.algorithms.driver import drive
 from dpfed.core.errors import DpfedError
 from dpfed.core.ledger import BudgetLedger
+from dpfed.federation.plugins import load_algorithm
 from dpfed.federation.session import PartyContext, PartySession, decide
 
 __all__ = ["SimulationResult", "run_inprocess", "PURE_DP_DELTA", "JobRefused", "make_parties"]
@@ -39,6 +39,7 @@ class SimulationResult:
     party_epsilon: dict[str, float] = field(default_factory=dict)
     rounds: int = 0
     wall_seconds: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)  # runner facts (e.g. Ray workers and nodes)
 
 
 def default_ledger(spec: JobSpec, path: str = ":memory:") -> BudgetLedger:
@@ -49,7 +50,7 @@ def default_ledger(spec: JobSpec, path: str = ":memory:") -> BudgetLedger:
 
 def make_parties(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarray | None]], *,
                  seed: int | None = None, ledgers: Sequence[BudgetLedger] | None = None,
-                 party_names: Sequence[str] | None = None) -> list[PartyContext]:
+                 party_names: Sequence[str] | None = None, plugins: Sequence[str] = ()) -> list[PartyContext]:
     """One :class:`PartyContext` per (X, y): records validated against the job's schema."""
     names = list(party_names) if party_names is not None else [f"party-{i}" for i in range(len(party_data))]
     if len(names) != len(party_data):
@@ -62,7 +63,7 @@ def make_parties(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarra
     for name, (X, y), ledger in zip(names, party_data, ledgers, strict=True):
         Xv = spec.schema.validate(X, y)
         out.append(PartyContext(name, Xv, None if y is None else np.asarray(y, dtype=np.int64), spec.schema, ledger,
-                                secure_aggregation=True, seed=seed))
+                                plugins=tuple(plugins), secure_aggregation=True, seed=seed))
     return out
 
 
@@ -83,15 +84,17 @@ def open_sessions(spec: JobSpec, parties: Sequence[PartyContext]) -> list[PartyS
 def run_inprocess(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarray | None]], *,
                   seed: int | None = None, ledgers: Sequence[BudgetLedger] | None = None,
                   party_names: Sequence[str] | None = None,
-                  progress: Callable[[float], None] | None = None) -> SimulationResult:
+                  progress: Callable[[float], None] | None = None,
+                  plugins: Sequence[str] = ()) -> SimulationResult:
     """Run ``spec`` over parties holding ``party_data`` [(X, y), ...]; return the model and spends.
 
     ``seed`` makes every party's noise reproducible (simulation only; production parties use
     ``SecureRNG()``). ``ledgers`` default to in-memory ledgers whose limit is the job's own target.
+    ``plugins`` are modules with extra algorithms (see :mod:`dpfed.federation.plugins`).
     """
     t0 = time.perf_counter()
-    algo = get_algorithm(spec.algorithm)
-    parties = make_parties(spec, party_data, seed=seed, ledgers=ledgers, party_names=party_names)
+    algo = load_algorithm(spec.algorithm, plugins)
+    parties = make_parties(spec, party_data, seed=seed, ledgers=ledgers, party_names=party_names, plugins=plugins)
     sessions = open_sessions(spec, parties)  # every party charges the whole job before any answer
     coord = algo.coordinator(spec, [p.name for p in parties])
 

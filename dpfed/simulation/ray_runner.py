@@ -1,88 +1,267 @@
-"""Scale-out on Ray: every party is a Ray actor holding its own data, ledger and generator.
+"""Scale-out on Ray: a bounded pool of worker actors, each hosting many party sessions.
 
-For researchers who simulate many parties on one machine or a Ray cluster (``ray start`` / KubeRay,
-see ``deploy/``). The actors run the party session that the party daemon runs (charge the job's
-whole spend to the party's own ledger first, then answer planned tasks, each round once); the
-driver runs the coordinator half in the one driver loop. Parties answer each task in parallel. Transport is Ray's object
-store inside one trusted cluster, so this is a simulation backend, not a deployment between
-mutually distrusting owners (that is the gRPC/mutual-TLS path).
+For researchers who simulate hundreds or thousands of parties on one machine or a Ray cluster
+(``ray start`` / KubeRay, see ``deploy/``). The pool is sized to the cluster's CPUs (one worker per
+``cpus_per_worker`` CPUs, spread over the nodes), not to the number of parties. Every party hosted
+by a worker keeps its own records, ledger and generator and runs the party session the party daemon
+runs (:mod:`dpfed.federation.session`: charge the job's whole spend to its own ledger first, then
+answer planned tasks, each round once); nothing is shared between parties.
+
+Each round the driver puts the task into the object store once and makes one call per worker; the
+worker answers for all its parties and merges their answers with the algorithm's ``combine``
+(associative), so the driver receives one :class:`~dpfed.algorithms.contract.Aggregate` per worker
+and merges those in the one driver loop (:func:`~dpfed.algorithms.driver.drive`): a two-level
+reduction tree, O(workers) arrays at the driver instead of O(parties). Each party's records go into
+the object store once (``ray.put``); a worker fetches its parties' records when it starts.
+
+With file ledgers (``ledger_dir`` or ``ledger_paths``) a worker that dies is restarted by Ray
+(``max_restarts``) and re-creates its parties from the same ledger files: re-deciding the job finds
+the plan already charged (the charge is idempotent on ``JOB:plan``), so nothing is charged twice.
+In-memory ledgers cannot survive their process, so then a worker failure ends the run.
+
+Transport is Ray's object store inside one trusted cluster, so this is a simulation backend, not a
+deployment between mutually distrusting owners (that is the gRPC / mutual-TLS path).
 """
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dpfed.algorithms import get_algorithm
 from dpfed.algorithms.contract import Aggregate, JobSpec, Task
 from dpfed.algorithms.driver import drive
-from dpfed.simulation.inprocess import SimulationResult
+from dpfed.core.errors import DpfedError
+from dpfed.core.ledger import BudgetExceededError
+from dpfed.federation.plugins import load_algorithm
+from dpfed.federation.session import decide
+from dpfed.simulation.inprocess import JobRefused, SimulationResult, default_ledger, make_parties
 
-__all__ = ["run_ray_simulation"]
+__all__ = ["run_ray_simulation", "init_local_ray", "peak_rss_bytes", "WorkerLost"]
+
+#: Answers a worker merges at once: bounds a worker's memory to CHUNK answers whatever its party count.
+CHUNK = 32
 
 
-def _party_actor_class():
+class WorkerLost(DpfedError, RuntimeError):
+    """A Ray worker actor died and could not be restarted (in-memory ledgers, or restarts used up)."""
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size (``VmHWM`` from ``/proc/self/status``; 0 if unknown)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def init_local_ray(**kwargs: Any) -> None:
+    """Start a local Ray instance whose workers import what this process imports.
+
+    The workers inherit this process's ``sys.path`` as ``PYTHONPATH`` (as the gRPC simulation's party
+    processes do), so algorithm plugins found by the driver are found by the workers too.
+    """
     import ray
 
-    @ray.remote(num_cpus=0.25)
-    class PartyActor:
-        """One party: its records, its ledger, its generator, and its session for the job."""
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    try:
+        ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", **kwargs)
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
 
-        def __init__(self, name: str, spec_json: str, X: np.ndarray, y: np.ndarray | None,
-                     seed: int | None, ledger_path: str) -> None:
-            from dpfed.simulation.inprocess import default_ledger, make_parties
 
-            self.spec = JobSpec.from_json(spec_json)
-            self.party = make_parties(self.spec, [(X, y)], seed=seed, party_names=[name],
-                                      ledgers=[default_ledger(self.spec, ledger_path)])[0]
-            self.session = None
+class PartyWorker:
+    """One Ray worker actor: the parties of one shard, each with its own records, ledger, generator, session.
 
-        def decide(self) -> tuple[bool, str]:
-            from dpfed.simulation.inprocess import open_sessions
+    The constructor decides the job for every party (a restarted worker re-decides: the durable
+    ledgers hold the plan already, so the charge is a no-op); :meth:`answer` answers one task for
+    all parties and returns their answers merged by the algorithm's ``combine``.
+    """
 
-            self.session = open_sessions(self.spec, [self.party])[0]
-            return True, ""
+    def __init__(self, spec_json: str, names: Sequence[str], data_refs: Sequence[Any], seed: int | None,
+                 ledger_paths: Sequence[str], plugins: Sequence[str]) -> None:
+        import ray
 
-        def answer(self, task: Task) -> dict[str, np.ndarray]:
-            return self.session.answer(task)
+        self.spec = JobSpec.from_json(spec_json)
+        self.parties, self.sessions = [], []
+        self.refusals: list[tuple[str, str, tuple | None]] = []
+        self.error: Exception | None = None
+        try:
+            data = ray.get(list(data_refs))
+            ledgers = []
+            for path in ledger_paths:
+                if path != ":memory:":
+                    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                ledgers.append(default_ledger(self.spec, path))
+            self.parties = make_parties(self.spec, data, seed=seed, ledgers=ledgers, party_names=names,
+                                        plugins=plugins)
+            self.combine = load_algorithm(self.spec.algorithm, plugins).combine
+        except Exception as exc:  # noqa: BLE001 - e.g. records outside the schema: the driver raises it
+            self.error = exc
+            return
+        for party in self.parties:
+            d = decide(party, self.spec)
+            if d.accept:
+                self.sessions.append(d.session)
+            else:
+                be = d.budget_error
+                self.refusals.append((party.name, d.reason, None if be is None else (be.limit, be.spent,
+                                                                                     be.requested, be.job)))
 
-        def spent(self) -> float:
-            return self.party.ledger.spent(self.spec.job_id)
+    def status(self) -> dict[str, Any]:
+        """Refusals (name, reason, budget error fields), node id and pid: the driver checks them before round 0."""
+        import ray
 
-    return PartyActor
+        ctx = ray.get_runtime_context()
+        return {"refusals": self.refusals, "error": self.error, "node": ctx.get_node_id(), "pid": os.getpid(),
+                "restarted": ctx.was_current_actor_reconstructed}
+
+    def answer(self, task: Task) -> Aggregate:
+        """Every hosted party answers ``task`` through its session; the answers are merged CHUNK at a time."""
+        acc: Aggregate | None = None
+        for i in range(0, len(self.sessions), CHUNK):
+            parts = [Aggregate(s.answer(task), (s.party.name,)) for s in self.sessions[i:i + CHUNK]]
+            acc = self.combine(task, parts if acc is None else [acc, *parts])
+        assert acc is not None
+        return acc
+
+    def spent(self) -> dict[str, float]:
+        return {p.name: p.ledger.spent(self.spec.job_id) for p in self.parties}
+
+    def peak_rss(self) -> int:
+        return peak_rss_bytes()
+
+    def close(self) -> None:
+        for p in self.parties:
+            p.ledger.close()
+
+
+def _raise_refusal(spec: JobSpec, name: str, reason: str, budget: tuple | None) -> None:
+    if budget is not None:
+        raise BudgetExceededError(*budget)
+    raise JobRefused(f"party {name!r} refused job {spec.job_id}: {reason}")
+
+
+def _pool_size(n_parties: int, workers: int | None, cpus_per_worker: float) -> int:
+    import ray
+
+    if workers is None:
+        cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        workers = int(cpus // cpus_per_worker)
+    return max(1, min(int(workers), n_parties))
 
 
 def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarray | None]], *,
                        seed: int | None = None, address: str | None = None,
                        ledger_paths: Sequence[str] | None = None,
-                       progress: Callable[[float], None] | None = None) -> SimulationResult:
-    """Run ``spec`` with one Ray actor per party; ``address`` joins an existing cluster (else local)."""
+                       progress: Callable[[float], None] | None = None,
+                       workers: int | None = None, cpus_per_worker: float = 1.0,
+                       ledger_dir: str | None = None, max_restarts: int = 3,
+                       plugins: Sequence[str] = (), party_names: Sequence[str] | None = None) -> SimulationResult:
+    """Run ``spec`` over ``party_data`` [(X, y), ...] on a pool of Ray worker actors.
+
+    ``address`` joins an existing cluster (else a local one is started and stopped). ``workers``
+    defaults to the cluster's CPUs divided by ``cpus_per_worker``. Ledgers are in memory unless
+    ``ledger_paths`` (one per party) or ``ledger_dir`` (a file per party in it; a temporary directory
+    if ``ledger_dir="temp"``) is given; only with file ledgers are workers restarted after a failure
+    (``max_restarts`` times, the interrupted call retried). ``result.info`` holds the pool size, the
+    nodes the workers ran on, their restarts and peak RSS.
+    """
     import ray
 
     t0 = time.perf_counter()
-    started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    try:
-        names = [f"party-{i}" for i in range(len(party_data))]
-        paths = list(ledger_paths) if ledger_paths is not None else [":memory:"] * len(names)
+    if cpus_per_worker <= 0:
+        raise ValueError("cpus_per_worker must be > 0")
+    names = list(party_names) if party_names is not None else [f"party-{i}" for i in range(len(party_data))]
+    if len(names) != len(party_data) or not names:
+        raise ValueError("one name per party, and at least one party")
+    tmp = None
+    if ledger_paths is not None:
+        paths = list(ledger_paths)
         if len(paths) != len(names):
             raise ValueError("one ledger path per party")
-        actor = _party_actor_class()
-        parties = [actor.remote(n, spec.to_json(), X, y, seed, p) for n, (X, y), p in zip(names, party_data, paths, strict=True)]
-        ray.get([p.decide.remote() for p in parties])  # every party charges before any answer
-        algo = get_algorithm(spec.algorithm)
+    elif ledger_dir is not None:
+        if ledger_dir == "temp":
+            ledger_dir = tmp = tempfile.mkdtemp(prefix="dpfed-ray-ledgers-")
+        paths = [os.path.join(os.path.abspath(ledger_dir), f"{n}.sqlite") for n in names]
+    else:
+        paths = [":memory:"] * len(names)
+    durable = all(p != ":memory:" for p in paths)
+    started_here = not ray.is_initialized()
+    if started_here and address is None:
+        init_local_ray()
+    elif started_here:
+        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    pool: list[Any] = []
+    try:
+        algo = load_algorithm(spec.algorithm, plugins)
+        n = _pool_size(len(names), workers, cpus_per_worker)
+        refs = [ray.put((np.asarray(X), None if y is None else np.asarray(y))) for X, y in party_data]
+        shards = np.array_split(np.arange(len(names)), n)
+        restarts = max_restarts if durable else 0
+        actor = ray.remote(PartyWorker).options(
+            num_cpus=cpus_per_worker, max_restarts=restarts, max_task_retries=restarts if restarts else 0,
+            scheduling_strategy="SPREAD")
+        spec_json = spec.to_json()
+        pool = [actor.remote(spec_json, [names[i] for i in s], [refs[i] for i in s], seed, [paths[i] for i in s],
+                             tuple(plugins)) for s in shards]
+        statuses = ray.get([w.status.remote() for w in pool])  # every party has decided (charged) before any answer
+        for st in statuses:
+            if st["error"] is not None:
+                raise st["error"]
+            for name, reason, budget in st["refusals"]:
+                _raise_refusal(spec, name, reason, budget)
         coord = algo.coordinator(spec, names)
 
+        partials: list[int] = []
+
         def gather(task: Task) -> list[Aggregate]:
-            return [Aggregate(a, (n,)) for n, a in zip(names, ray.get([p.answer.remote(task) for p in parties]), strict=True)]
+            ref = ray.put(task)  # the task's arrays enter the object store once per round
+            try:
+                parts = ray.get([w.answer.remote(ref) for w in pool])
+            except ray.exceptions.RayActorError as exc:
+                hint = ("its restarts were used up" if durable else
+                        "its parties' ledgers were in memory, so it cannot be restarted without losing them; "
+                        "give file ledgers (ledger_dir, dpfed simulate --ledger-dir) to survive worker failures")
+                raise WorkerLost(f"a Ray worker died in round {task.round} ({type(exc).__name__}); {hint}") from None
+            partials.append(len(parts))
+            return parts
 
         rounds = drive(coord, gather, algo.combine,
                        on_round=None if progress is None else (lambda task, c: progress(c.progress)))
-        spent = dict(zip(names, ray.get([p.spent.remote() for p in parties]), strict=True))
+        spent: dict[str, float] = {}
+        for part in ray.get([w.spent.remote() for w in pool]):
+            spent.update(part)
+        final = ray.get([w.status.remote() for w in pool])
+        info = {"workers": n, "nodes": sorted({st["node"] for st in final}),
+                "worker_nodes": [st["node"] for st in final],
+                "restarted_workers": sum(bool(st["restarted"]) for st in final),
+                "max_partials_per_round": max(partials, default=0),
+                "worker_peak_rss": ray.get([w.peak_rss.remote() for w in pool]),
+                "durable_ledgers": durable}
         return SimulationResult(model=coord.model(), summary=coord.summary(), epsilon_spent=max(spent.values()),
-                                party_epsilon=spent, rounds=rounds, wall_seconds=time.perf_counter() - t0)
+                                party_epsilon={k: spent[k] for k in names}, rounds=rounds,
+                                wall_seconds=time.perf_counter() - t0, info=info)
     finally:
+        for w in pool:
+            try:
+                ray.get(w.close.remote(), timeout=60)
+            except Exception:  # noqa: BLE001 - a dead worker has nothing left to close
+                pass
+            ray.kill(w, no_restart=True)
         if started_here:
             ray.shutdown()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
