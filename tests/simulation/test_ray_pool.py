@@ -8,7 +8,6 @@ from disk (one charge each, none twice).
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +15,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-TESTS = Path(__file__).resolve().parents[1]
-for _p in (TESTS / "support", TESTS):  # net_noisy_mean and ray_crash_plugin (tests/support once arranged by layer)
-    if (_p / "net_noisy_mean.py").exists() and str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-if str(TESTS / "support") not in sys.path:
-    sys.path.insert(0, str(TESTS / "support"))
+from dp_accounting import LaplaceDpEvent  # noqa: E402
 
 from dpfed.algorithms import get_algorithm  # noqa: E402
 from dpfed.algorithms.contract import JobSpec  # noqa: E402
@@ -32,7 +26,7 @@ from dpfed.simulation import run_inprocess  # noqa: E402
 from dpfed.simulation.inprocess import default_ledger  # noqa: E402
 from dpfed.simulation.ray_runner import init_local_ray, run_ray_simulation  # noqa: E402
 
-PLUGINS = ("ray_crash_plugin",)
+PLUGINS = ("ray_crash_plugin",)  # tests/support, on sys.path (conftest) and so on the Ray workers' PYTHONPATH
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +65,6 @@ def test_a_refusal_in_a_worker_reaches_the_driver(local_ray, tmp_path):
                                                   "answer_log": str(tmp_path / "log"),
                                                   "crash_marker": str(tmp_path / "marker")}, schema)
     paths = [str(tmp_path / f"p{i}.sqlite") for i in range(6)]
-    from dp_accounting import LaplaceDpEvent
-
     with default_ledger(spec, paths[4]) as ledger:  # party 4 already spent its whole budget elsewhere
         ledger.charge("earlier-job", LaplaceDpEvent(1.0))
     with pytest.raises(BudgetExceededError, match="privacy budget exceeded"):

@@ -18,9 +18,8 @@ import dataclasses
 import os
 import signal
 
-from net_noisy_mean import NoisyMeanCoordinator, NoisyMeanParty, evaluate
-
 from dpfed.algorithms.contract import Algorithm
+from net_noisy_mean import NoisyMeanCoordinator, NoisyMeanParty, evaluate
 
 NAME = "crash-mean"
 
