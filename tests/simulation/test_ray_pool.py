@@ -4,7 +4,8 @@ Checked against things computed independently of the pool: the in-process runner
 seeds, so the same noise: the tree of worker sums must equal the flat sum exactly), the number of
 partial aggregates the driver receives (one per worker), the plan's epsilon by basic composition of
 Laplace releases, and, after a real SIGKILL of a worker process, the parties' ledger files read back
-from disk (one charge each, none twice).
+from disk (one charge each, none twice) and a log of every noise draw the parties made (each round
+drawn once: the restarted worker replays the stored answers).
 """
 from __future__ import annotations
 
@@ -101,9 +102,9 @@ def test_a_killed_worker_is_restarted_from_its_ledger_files_and_charges_nothing_
     assert draws == {(5 + i, r) for i in range(len(data)) for r in range(3)}  # every party answered every round
 
 
-@pytest.mark.xfail(strict=True, reason="needs the party session's durable answer records (issue 10): until "
-                                       "then a restarted worker's sessions draw the interrupted round again")
 def test_a_restarted_worker_replays_stored_answers_instead_of_drawing_again(local_ray, tmp_path):
+    """Parties 0 and 1 answered round 1 before party 2 killed their worker; the retried call finds their
+    answers in their ledger files (the session's durable answer records) and sends those bytes again."""
     spec, data = _crash_job(tmp_path)
     run_ray_simulation(spec, data, seed=0, ledger_dir=str(tmp_path / "ledgers"), plugins=PLUGINS, workers=2)
     pairs = (tmp_path / "answers.log").read_text().splitlines()
