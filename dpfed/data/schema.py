@@ -174,6 +174,9 @@ class Schema:
             y = np.asarray(y)
             if y.shape != (X.shape[0],):
                 problems.append(f"labels: expected {X.shape[0]} labels, got shape {tuple(y.shape)}")
+            elif self.n_classes and y.dtype.kind not in "biuf":  # never convert (or echo) e.g. string labels
+                problems.append(f"labels: {X.shape[0]} value(s) of non-numeric dtype kind {y.dtype.kind!r} "
+                                f"(labels are integer codes 0..{self.n_classes - 1})")
             elif self.n_classes:
                 yf = y.astype(np.float64)
                 wrong = ~np.isfinite(yf) | (yf != np.round(yf)) | (yf < 0) | (yf >= self.n_classes)

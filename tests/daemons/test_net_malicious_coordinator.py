@@ -204,3 +204,52 @@ def test_revoked_certificates_are_refused_by_both_ends(tmp_path):
     crl = certs.revoke("coordinator", pki.root / "ca")
     shutil.copyfile(crl, pki.files("coordinator").ca.parent / "crl.pem")
     _never_registers(pki.files("coordinator"), pki, tmp_path)
+
+
+# ------------------------------------------------------------------------------------- findings 7 and 8
+
+KILLERS = [  # parameters that used to raise out of the daemon (ZeroDivision, Overflow, MemoryError) or hang it
+    ("naive-bayes", {"epsilon": 1e-20}),
+    ("glvq", {"sampling_rate": 0, "noise_multiplier": 1.0}),
+    ("glvq", {"epochs": float("inf"), "noise_multiplier": 1.0}),
+    ("glvq", {"noise_multiplier": 1e-6}),
+    ("kmeans", {"epsilon": 1e-12}),
+    ("kmeans", {"method": "lloyd", "lloyd_iters": 1_000_000}),
+    ("kmeans", {"refine_steps": 100_000}),
+    ("glvq", {"epochs": 1e7, "sampling_rate": 0.01, "noise_multiplier": 1.0}),
+    ("glvq", {"prototypes_per_class": 10**9, "noise_multiplier": 1.0}),
+]
+
+
+def test_parameters_that_killed_or_hung_the_daemon_are_refused_with_a_reason(evil):
+    ev, party, ledger = evil
+    for i, (algorithm, params) in enumerate(KILLERS):
+        spec = JobSpec(f"kill-{i}", algorithm, {"epsilon": 1.0, "delta": 1e-6, **params}, SCHEMA)
+        resp = ev.offer(spec, timeout=30)   # the old party never answered the unbounded plans
+        assert not resp.accept and resp.reason, (algorithm, params)
+        assert party.thread.is_alive(), (algorithm, params)
+    assert ledger.charge_ids() == []
+    spec = _spec("after", "naive-bayes")    # and the daemon still serves
+    assert ev.offer(spec).accept
+    t = _first_task(spec)
+    assert not ev.task(spec.job_id, t.round, t.kind, t.params, t.arrays).error
+
+
+# ------------------------------------------------------------------------------------- finding 6
+
+def test_a_record_value_never_reaches_a_traceback_or_log(pki, tmp_path):
+    import subprocess
+    import sys
+
+    from net_helpers import spawn_party
+
+    X, _ = _records(20)
+    toml = party_config(pki, tmp_path, "party-0", 1, data=X, labels=np.array(["SECRET-LABEL-42"] * 20),
+                        schema=SCHEMA, write_toml=True)
+    check = subprocess.run([sys.executable, "-m", "dpfed.cli", "party", "check", "--config", str(toml)],
+                           capture_output=True, text=True, timeout=120)
+    serve = spawn_party(toml)
+    out, _ = serve.communicate(timeout=120)
+    for code, text in ((check.returncode, check.stdout + check.stderr), (serve.returncode, out.decode())):
+        assert code == 2 and "SECRET-LABEL" not in text and "Traceback" not in text, text
+        assert "label" in text
