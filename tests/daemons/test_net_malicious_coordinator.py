@@ -253,3 +253,42 @@ def test_a_record_value_never_reaches_a_traceback_or_log(pki, tmp_path):
     for code, text in ((check.returncode, check.stdout + check.stderr), (serve.returncode, out.decode())):
         assert code == 2 and "SECRET-LABEL" not in text and "Traceback" not in text, text
         assert "label" in text
+
+
+# ------------------------------------------------------------------------------------- kill -9 and resume
+
+def test_a_party_killed_mid_job_resumes_without_a_new_charge(pki, tmp_path):
+    import signal
+
+    from dpfed.core.ledger import BudgetLedger
+    from net_helpers import spawn_party
+
+    X, y = _records()
+    spec = _spec("killed", "glvq", epochs=1, sampling_rate=0.25)
+    W = {"prototypes": lvq.LVQCoordinator(spec, ["party-0"]).W}
+    with EvilCoordinator(pki.files("coordinator")) as ev:
+        toml = party_config(pki, tmp_path, "party-0", ev.port, data=X, labels=y, schema=SCHEMA, seed=None,
+                            write_toml=True)
+        proc = spawn_party(toml)
+        try:
+            ev.wait_registered()
+            assert ev.offer(spec).accept
+            assert not ev.task(spec.job_id, 0, "init").error
+            before = ev.task(spec.job_id, 1, "step", arrays=W)
+            assert not before.error
+            proc.send_signal(signal.SIGKILL)          # mid-job, after round 1 left the party
+            proc.wait(timeout=30)
+            proc = spawn_party(toml)                  # it comes back ...
+            ev.wait_registered()
+            again = ev.offer(spec)                    # ... and the job is offered again (a resume)
+            assert again.accept
+            assert ev.task(spec.job_id, 1, "step", arrays=W).raw == before.raw   # the stored bytes
+            assert "older" in ev.task(spec.job_id, 0, "init").error
+            after = ev.task(spec.job_id, 2, "step", arrays=W)                    # the rest is computed
+            assert not after.error and after.raw != before.raw
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
+    with BudgetLedger(tmp_path / "party-0" / "ledger.sqlite", epsilon_limit=10.0, delta_limit=1e-6) as led:
+        assert led.charge_ids() == [f"{spec.job_id}:plan"]   # exactly one charge
+        assert [r for r, _, _ in led.answered_rounds(spec.job_id)] == [0, 1, 2]
