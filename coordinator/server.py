@@ -32,7 +32,7 @@ import time
 import uuid
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import grpc
 import numpy as np
@@ -47,7 +47,9 @@ from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
 from protos.codec import (PROTOCOL_VERSION, ArrayAssembler, ProtocolError, channel_options, chunk_groups,
                           encode_arrays)
+from dpfed.algorithms.secure_noise import is_secure
 from dpfed.federation.plugins import load_algorithm
+from dpfed.federation.secure_gather import SecureGather
 from dpfed.federation.tls import peer_identity, peer_revoked, server_credentials, warn_insecure
 
 __all__ = ["Coordinator", "serve"]
@@ -83,6 +85,8 @@ class _Active:
     answers: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     receiving: set[str] = field(default_factory=set)
     failure: str = ""
+    tolerant: bool = False       # secure aggregation: a refused task is a dropout, not a failure
+    errors: set[str] = field(default_factory=set)
 
 
 class Coordinator:
@@ -297,7 +301,10 @@ class Coordinator:
             act.receiving.discard(name)
             if self._active is not act or act.round != first.round or act.task_id != first.task_id:
                 raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, "the task was closed while the result arrived")
-            if error:
+            if error and act.tolerant:
+                act.errors.add(name)
+                log.info("job %s round %d: %s dropped out (%s)", act.spec.job_id, act.round, name, error)
+            elif error:
                 self._fail_active(f"party {name!r} refused task {act.round} of job {act.spec.job_id}: {error}")
             else:
                 act.answers[name] = arrays
@@ -486,7 +493,10 @@ class Coordinator:
                 return
             rec.schema = json.loads(schemas.pop())
         try:
-            spec = JobSpec(rec.job_id, rec.algorithm, rec.params, Schema.from_dict(rec.schema))
+            params = dict(rec.params)
+            if is_secure(params):  # the roster is part of the public spec each party checks
+                params.setdefault("roster", list(parties))
+            spec = JobSpec(rec.job_id, rec.algorithm, params, Schema.from_dict(rec.schema))
             algo = load_algorithm(rec.algorithm, cfg.plugins)
         except (ValueError, ImportError, KeyError) as exc:
             self._finish(rec, "failed", f"bad job: {exc}")
@@ -518,7 +528,27 @@ class Coordinator:
             self._changed()
         last_save = time.monotonic()
 
+        def send(tasks: Mapping[str, Task]) -> dict[str, dict[str, np.ndarray]]:
+            """One SecAgg step: a task per party; whoever refuses or is late has dropped out."""
+            self._broadcast(act, next(iter(tasks.values())), tasks)
+            deadline = time.monotonic() + cfg.task_timeout
+            with self._cond:
+                while not act.failure and not set(tasks) <= set(act.answers) | act.errors:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(timeout=left)
+                if act.failure:
+                    raise _JobFailed(act.failure)
+                answers, act.answers, act.errors = act.answers, {}, set()
+            return answers
+
+        secure = SecureGather(spec, algo.party(), send) if is_secure(spec.params) else None
+        act.tolerant = secure is not None
+
         def gather(task: Task) -> list[Aggregate]:
+            if secure is not None:
+                return secure(task)
             self._broadcast(act, task)
             self._wait(act, lambda: len(act.answers) == len(parties), cfg.task_timeout,
                        f"results of round {task.round}")
@@ -543,7 +573,7 @@ class Coordinator:
             return
         model = coord.model()
         self.store.save_model(rec.job_id, model)
-        rec.summary = _jsonable(coord.summary())
+        rec.summary = _jsonable({**coord.summary(), **(secure.summary() if secure is not None else {})})
         rec.progress = 1.0
         self._finish(rec, "done")
 
@@ -556,23 +586,30 @@ class Coordinator:
                     rec.refusals[p] = r.reason or "no reason given"
             self.store.save_job(rec)
 
-    def _broadcast(self, act: _Active, task: Task) -> None:
-        """Put the task on every party's stream: a header part, then chunk groups."""
+    def _broadcast(self, act: _Active, task: Task, per_party: Mapping[str, Task] | None = None) -> None:
+        """Put the task on every party's stream: a header part, then chunk groups (``per_party``: each
+        listed party gets its own task of the same round and task id, e.g. a SecAgg step)."""
         cfg = self.config
         task_id = uuid.uuid4().hex
         ids = dict(version=PROTOCOL_VERSION, job_id=act.spec.job_id, round=int(task.round), task_id=task_id)
-        groups = list(chunk_groups(encode_arrays(task.arrays, cfg.chunk_bytes), cfg.chunk_bytes))
-        msgs = []
-        for i, g in enumerate(groups):
-            m = pb.CoordinatorMessage(**ids, chunks=g, last=i == len(groups) - 1)
-            if i == 0:
-                m.task.CopyFrom(pb.TaskHeader(kind=task.kind, params_json=json.dumps(_jsonable(dict(task.params)))))
-            msgs.append(m)
+
+        def messages(t: Task) -> list[pb.CoordinatorMessage]:
+            groups = list(chunk_groups(encode_arrays(t.arrays, cfg.chunk_bytes), cfg.chunk_bytes))
+            msgs = []
+            for i, g in enumerate(groups):
+                m = pb.CoordinatorMessage(**ids, chunks=g, last=i == len(groups) - 1)
+                if i == 0:
+                    m.task.CopyFrom(pb.TaskHeader(kind=t.kind, params_json=json.dumps(_jsonable(dict(t.params)))))
+                msgs.append(m)
+            return msgs
+
+        out = {p: messages(t) for p, t in per_party.items()} if per_party is not None else \
+            dict.fromkeys(act.parties, messages(task))
         with self._cond:
             if act.failure:
                 raise _JobFailed(act.failure)
-            act.round, act.task_id, act.answers = int(task.round), task_id, {}
-            for p in act.parties:
+            act.round, act.task_id, act.answers, act.errors = int(task.round), task_id, {}, set()
+            for p, msgs in out.items():
                 sess = self._sessions.get(p)
                 if sess is None:
                     self._fail_active(f"party {p!r} disconnected before round {task.round}")

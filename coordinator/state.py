@@ -134,27 +134,36 @@ class StateStore:
             self.parties.setdefault(name, {}).update(facts)
             _atomic_write(self.root / "parties.json", json.dumps(self.parties, sort_keys=True).encode())
 
-    def _ledger(self, party: str) -> BudgetLedger:
-        led = self._ledgers.get(party)
+    def _ledger(self, party: str, accountant: str = "pld") -> BudgetLedger:
+        """The party's mirror ledger; events with an RDP bound only (distributed discrete Gaussian
+        under secure aggregation) go to a separate RDP mirror, and the two spends are added."""
+        key = party if accountant == "pld" else f"{party}\0{accountant}"
+        led = self._ledgers.get(key)
         if led is None:
             delta = float(self.parties.get(party, {}).get("delta_limit", 1e-6))
-            led = BudgetLedger(self.root / "budget" / f"{party}.sqlite", epsilon_limit=_MIRROR_EPSILON_LIMIT,
-                               delta_limit=delta)
-            self._ledgers[party] = led
+            folder = self.root / ("budget" if accountant == "pld" else f"budget-{accountant}")
+            folder.mkdir(parents=True, exist_ok=True)
+            led = BudgetLedger(folder / f"{party}.sqlite", epsilon_limit=_MIRROR_EPSILON_LIMIT,
+                               delta_limit=delta, accountant=accountant)
+            self._ledgers[key] = led
         return led
 
     def record_release(self, party: str, job_id: str, event_json: str) -> float:
         """Record that ``party`` accepted (and charged) ``job_id``'s plan; return its composed spend."""
         event = event_from_json(event_json)
+        rdp_only = "DistributedDiscreteGaussianDpEvent" in event_json
         with self._lock:
-            led = self._ledger(party)
-            return led.charge(job_id, event, charge_id=f"{job_id}:plan")
+            self._ledger(party, "rdp" if rdp_only else "pld").charge(job_id, event, charge_id=f"{job_id}:plan")
+            return self.spent(party)
 
     def spent(self, party: str) -> float:
         with self._lock:
-            if party not in self._ledgers and not (self.root / "budget" / f"{party}.sqlite").exists():
-                return 0.0
-            return self._ledger(party).spent()
+            total = 0.0
+            for acc, folder in (("pld", "budget"), ("rdp", "budget-rdp")):
+                key = party if acc == "pld" else f"{party}\0{acc}"
+                if key in self._ledgers or (self.root / folder / f"{party}.sqlite").exists():
+                    total += self._ledger(party, acc).spent()
+            return total
 
     def budget(self) -> dict[str, dict[str, float]]:
         """Per party: composed epsilon spent (coordinator's record) and the party's declared limits."""

@@ -17,8 +17,11 @@ Example (relative paths are relative to the config file)::
     plugins = []                      # extra modules defining ALGORITHMS (must match the coordinator)
     # seed = 0                        # TESTS/SIMULATIONS ONLY: reproducible noise (no privacy)
     # exit_with_parent = false        # simulations: quit when the process that started the daemon dies
-    # simulation = false              # SIMULATIONS ONLY: accept jobs whose privacy against the coordinator
-                                      # needs secure aggregation (e.g. LVQ --noise distributed)
+    # simulation = false              # SIMULATIONS ONLY: accept distributed noise WITHOUT secure aggregation
+    secure_aggregation = true         # take part in secure aggregation (distributed-noise jobs; keys signed
+                                      # with the [tls] certificate key)
+    min_survivors = 2                 # refuse secure jobs whose minimum number of survivors is lower
+    # dropout = 0.0                   # SIMULATIONS ONLY: miss each secure round with this probability
 
     [tls]
     ca = "certs/ca.crt"               # the deployment CA (verifies the coordinator)
@@ -58,7 +61,7 @@ __all__ = ["PartyConfig", "ConfigError"]
 
 _KEYS = {"name", "coordinator", "data", "ledger", "epsilon_limit", "delta_limit", "accountant", "insecure",
          "reconnect_seconds", "max_message_bytes", "chunk_bytes", "plugins", "seed", "tls", "schema",
-         "schema_file", "exit_with_parent", "simulation"}
+         "schema_file", "exit_with_parent", "simulation", "secure_aggregation", "min_survivors", "dropout"}
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,10 @@ class PartyConfig:
     plugins: tuple[str, ...] = field(default=())
     seed: int | str | None = None
     exit_with_parent: bool = False    # simulation: quit when the process that started us is gone
-    simulation: bool = False          # accept jobs that need secure aggregation (simulations only)
+    simulation: bool = False          # accept distributed noise without secure aggregation (simulations only)
+    secure_aggregation: bool = True   # take part in secure aggregation
+    min_survivors: int = 2            # the fewest survivors a secure job may plan for
+    dropout: float = 0.0              # SIMULATIONS ONLY: probability of missing each secure round
 
     def __post_init__(self) -> None:
         from dpfed.federation.certs import valid_name
@@ -90,6 +96,8 @@ class PartyConfig:
             raise ConfigError("the party needs [tls] files unless insecure = true")
         if not (self.epsilon_limit >= 0 and 0 < self.delta_limit < 1):
             raise ConfigError("need epsilon_limit >= 0 and 0 < delta_limit < 1")
+        if self.min_survivors < 2 or not 0.0 <= self.dropout < 1.0:
+            raise ConfigError("need min_survivors >= 2 and 0 <= dropout < 1")
         if not 0 < self.chunk_bytes <= self.max_message_bytes - 65536:
             raise ConfigError("chunk_bytes must be positive and at least 64 KiB below max_message_bytes")
 
@@ -121,7 +129,9 @@ class PartyConfig:
                        chunk_bytes=int(t.get("chunk_bytes", DEFAULT_CHUNK_BYTES)),
                        plugins=tuple(str(p) for p in t.get("plugins", ())), seed=t.get("seed"),
                        exit_with_parent=bool(t.get("exit_with_parent", False)),
-                       simulation=bool(t.get("simulation", False)))
+                       simulation=bool(t.get("simulation", False)),
+                       secure_aggregation=bool(t.get("secure_aggregation", True)),
+                       min_survivors=int(t.get("min_survivors", 2)), dropout=float(t.get("dropout", 0.0)))
         except ConfigError:
             raise
         except (TypeError, ValueError, OSError) as exc:

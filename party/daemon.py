@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Iterator
 
 import grpc
@@ -29,6 +30,7 @@ import numpy as np
 from dpfed.algorithms import algorithm_names
 from dpfed.algorithms.contract import Task
 from dpfed.core.ledger import BudgetLedger
+from dpfed.federation.secure_session import SecAggParty
 from dpfed.federation.session import PartyContext, PartySession, TaskError, decide
 from party.config import ConfigError, PartyConfig
 from dpfed.data.files import load_and_validate
@@ -62,7 +64,7 @@ class PartyDaemon:
         self.ledger = BudgetLedger(config.ledger, epsilon_limit=config.epsilon_limit,
                                    delta_limit=config.delta_limit, accountant=config.accountant)
         self.party = PartyContext(config.name, X, y, config.schema, self.ledger, plugins=config.plugins,
-                                  secure_aggregation=config.simulation, seed=config.seed)
+                                  secure_aggregation=config.simulation, seed=config.seed, secagg=_secagg(config))
         self._jobs: dict[str, PartySession] = {}
         self._stop = threading.Event()
         self._channel: grpc.Channel | None = None
@@ -215,6 +217,15 @@ class PartyDaemon:
         groups = list(chunk_groups(encode_arrays(answer, cb), cb)) if not error else [[]]
         for i, g in enumerate(groups):
             yield pb.ResultPart(**ids, error=error, chunks=g, last=i == len(groups) - 1)
+
+
+def _secagg(config: PartyConfig) -> SecAggParty | None:
+    """The party's secure-aggregation setup: its TLS certificate and key sign its SecAgg keys."""
+    if not config.secure_aggregation or config.tls is None:
+        return None
+    tls = config.tls
+    return SecAggParty(Path(tls.cert).read_bytes(), Path(tls.key).read_bytes(), Path(tls.ca).read_bytes(),
+                       min_survivors=config.min_survivors, dropout=config.dropout)
 
 
 def _watch_parent(parent: int) -> None:

@@ -21,13 +21,16 @@ import argparse
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 from dp_accounting import DpEvent
 
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import Schema
+
+if TYPE_CHECKING:
+    from dpfed.algorithms.secure_noise import SecurePlan
 
 __all__ = ["JobSpec", "Task", "Answer", "Aggregate", "Released", "TaskRejected", "PartyAlgorithm",
            "CoordinatorAlgorithm", "Algorithm", "sum_combine", "stack_combine"]
@@ -194,9 +197,21 @@ class PartyAlgorithm(ABC):
 
     def needs_secure_aggregation(self, spec: JobSpec) -> bool:
         """True when this job's answers are private against the coordinator only if a secure
-        aggregation hides each party's single answer (e.g. distributed noise). dpfed has no secure
-        aggregation yet, so a party daemon refuses such jobs unless it runs in a simulation."""
+        aggregation hides each party's single answer (e.g. distributed noise). Such a job runs under
+        SecAgg when its params say ``secure_aggregation`` (:meth:`secure_plan`); otherwise a party
+        accepts it only in a simulation."""
         return False
+
+    def secure_plan(self, spec: JobSpec, task: Task) -> "SecurePlan | None":
+        """The public plan of ``task``'s release under secure aggregation (noise plan, layout of the
+        flat vector, rotation seed), from ``spec`` and ``task`` alone; None: the task is not secure."""
+        return None
+
+    def secure_rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
+                    rng: SecureRNG) -> Iterator[np.ndarray]:
+        """The task's per-record real rows in :meth:`secure_plan`'s layout, in chunks (one row, one
+        privacy unit; clipped by the encoder to the plan's clip). Only for tasks with a plan."""
+        raise TaskRejected(f"{spec.algorithm} has no secure-aggregation release")
 
 
 class CoordinatorAlgorithm(ABC):

@@ -33,14 +33,19 @@ Noise placement (``noise``):
 * ``local``: every party adds the full N(0, sigma^2 C^2) to its sum (and the full initialisation
   noise): each party's answers alone are (epsilon, delta)-DP, even against the coordinator. The
   aggregate's noise grows with sqrt(parties).
-* ``distributed``: each party adds 1/P of the noise variance (counts: discrete Gaussian with
-  sigma^2 / P), so the *sum* carries the central noise and the result matches one party holding
-  all the data. This protects a party against the coordinator only if secure aggregation hides the
-  single contributions, which dpfed does not implement yet: **simulation only**. (A sum of P
-  discrete Gaussians of variance sigma^2 / P is not exactly a discrete Gaussian; with the count
-  noise used here, sigma / sqrt(P) > 10, the difference is far below delta, Canonne, Kamath &
-  Steinke 2020, Sec. 4.) The Laplace initialisation cannot be split and is added in full at
-  every party in both placements.
+* ``distributed`` with ``secure_aggregation`` (:mod:`dpfed.algorithms.secure_noise`): every record's
+  clipped vector (initialisation: [sqrt(cf) e_y, sqrt(1 - cf) s / l2], norm <= 1, the Gaussian
+  mechanism's count/sum split; steps: its clipped gradient) is encoded with the distributed discrete
+  Gaussian (KLS21), masked by SecAgg; noise planned for P_min survivors, accounted by RDP. The
+  coordinator normalises each step by the initialisation's noisy count times the survivors' share
+  of the parties (parties of equal size assumed; post-processing).
+* ``distributed`` without secure aggregation: each party adds 1/P of the noise variance (counts:
+  discrete Gaussian with sigma^2 / P), so the *sum* carries the central noise; it protects a party
+  against the coordinator only under secure aggregation: **simulation only**. (A sum of P discrete
+  Gaussians of variance sigma^2 / P is not exactly a discrete Gaussian; with the count noise used
+  here, sigma / sqrt(P) > 10, the difference is far below delta, Canonne, Kamath & Steinke 2020,
+  Sec. 4.) The Laplace initialisation cannot be split and is added in full at every party in both
+  placements.
 
 Each party charges the whole job (initialisation + T steps) before its first answer and then
 answers each round at most once, only with the planned shapes and parameters.
@@ -54,7 +59,7 @@ import math
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import dp_accounting
 import numpy as np
@@ -64,8 +69,10 @@ from dpfed.core import accounting
 from dpfed.algorithms.driver import run_local as drive_local
 from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
 from dpfed.algorithms.contract import Aggregate, Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
-from dpfed.algorithms.lvq_model import GradientSum, clipped_gradient_sum, predict, rescale
+from dpfed.algorithms import secure_noise as sn
+from dpfed.algorithms.lvq_model import GradientSum, clipped_gradient_rows, clipped_gradient_sum, predict, rescale
 from dpfed.algorithms.params import EPSILON, MEMORY_CAP_BYTES, Param, ParamTable, arg_type, delta_param
+from dpfed.core import distributed_noise as dn
 from dpfed.core.rng import SecureRNG
 from dpfed.core.mechanisms import gaussian, laplace
 from dpfed.core.samplers import sample_discrete_gaussian, sample_discrete_laplace, sample_rounded_gaussian
@@ -165,9 +172,56 @@ def privacy_plan(params: Mapping[str, Any]) -> PrivacyPlan:
 def prepare_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """Fill in defaults and the calibrated ``noise_multiplier`` (so parties need not calibrate)."""
     out = {**DEFAULTS, **params}
-    if out.get("private", True):
+    if out.get("private", True) and not sn.is_secure(out):  # secure jobs: secure_lvq_plan
         out["noise_multiplier"] = privacy_plan(out).noise_multiplier
     return out
+
+
+@dataclass(frozen=True)
+class SecureLVQPlan:
+    """A secure job's releases: the initialisation and the T steps, each one distributed discrete
+    Gaussian release (module notes), and the whole job's event (RDP)."""
+
+    init: dn.DistributedNoisePlan
+    step: dn.DistributedNoisePlan
+    count_weight: float      # initialisation rows: [sqrt(cf) e_y, sqrt(1 - cf) s / l2] (norm <= 1)
+    sum_weight: float
+    event: DpEvent
+
+
+def secure_lvq_plan(spec: JobSpec) -> SecureLVQPlan:
+    """The secure job's plan from its public params (cached): the initialisation meets
+    init_fraction * epsilon alone, the steps are calibrated so that the whole job meets epsilon."""
+    p = {**DEFAULTS, **spec.params}
+    c, d, ppc, rank, learn = _layout(spec)
+    return _secure_plan_cached(json.dumps({k: p[k] for k in (*_PLAN_KEYS, "clip", "init_center", "init_clip",
+                                                             "roster", "bits", "min_survivors", "colluders",
+                                                             "records") if k in p}, sort_keys=True),
+                               c, d, ppc, rank, learn)
+
+
+@functools.lru_cache(maxsize=32)
+def _secure_plan_cached(key: str, c: int, d: int, ppc: int, rank: int, learn: bool) -> SecureLVQPlan:
+    p = {**DEFAULTS, **json.loads(key)}
+    sp = sn.secure_params(p)
+    eps, delta = float(p["epsilon"]), float(p["delta"])
+    q, steps = float(p["sampling_rate"]), int(round(float(p["epochs"]) / float(p["sampling_rate"])))
+    frac, cf = float(p["init_fraction"]), float(p["count_fraction"])
+    if not (0 < frac < 1 and 0 < cf < 1 and steps >= 1):
+        raise ValueError("need 0 < init_fraction, count_fraction < 1 and epochs / sampling_rate >= 1")
+    if p["init"] == "gaussian":
+        init_dim, l2 = c + c * d, _init_rows(p, np.zeros((1, d)))[1]
+        cw, sw = math.sqrt(cf), math.sqrt(1.0 - cf) / l2
+    elif p["init"] == "zero":
+        init_dim, cw, sw = c, 1.0, 0.0
+    else:
+        raise ValueError("under secure aggregation init must be 'gaussian' or 'zero' (Laplace noise does not split)")
+    init = sn.calibrate_release(sp, epsilon=frac * eps, delta=delta, clip=1.0, dimension=init_dim, vectors=sp.records)
+    step_dim = c * ppc * d + (rank * d if rank and learn else 0)
+    step = sn.calibrate_release(sp, epsilon=eps, delta=delta, clip=float(p["clip"]), dimension=step_dim,
+                                vectors=sn.batch_bound(sp.records, q), sampling_rate=q, steps=steps,
+                                prior=init.event())
+    return SecureLVQPlan(init, step, cw, sw, accounting.compose([init.event(), step.event()]))
 
 
 # ----------------------------------------------------------------------------------- shapes
@@ -267,6 +321,15 @@ class LVQParty(PartyAlgorithm):
             raise TaskRejected("init_center must be 'mid' or 'lower' and init_clip >= 0")
         if p["init"] == "laplace" and float(p["init_clip"]) > 0:
             raise TaskRejected("init_clip applies to the Gaussian initialisation only")
+        if sn.is_secure(p):
+            try:
+                event = secure_lvq_plan(spec).event
+                spent = accounting.epsilon(event, spec.delta, accountant="rdp")
+            except ValueError as exc:
+                raise TaskRejected(f"invalid secure LVQ parameters: {exc}") from None
+            if spent > spec.epsilon * (1.0 + 1e-9):
+                raise TaskRejected(f"the job's noise gives epsilon {spent:.6g} > its stated epsilon {spec.epsilon:.6g}")
+            return event
         try:
             plan = privacy_plan(spec.params)
             spent = accounting.epsilon(plan.event, spec.delta)
@@ -310,7 +373,8 @@ class LVQParty(PartyAlgorithm):
         elif task.arrays:
             raise TaskRejected("the init task carries no arrays")
 
-    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Answer:
+    def _checked(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Check the task and the records; from here on the round counts as answered."""
         self.check_task(spec, task)
         p, plan, (c, d, ppc, rank, learn_omega) = self._job(spec)
         if y is None:
@@ -326,9 +390,18 @@ class LVQParty(PartyAlgorithm):
                 raise DataValidationError(f"labels must be one integer in 0..{c - 1} per record")
         elif y.shape != (len(X),):
             raise DataValidationError("one label per record")
-        share = 1.0 / math.sqrt(int(p["parties"])) if p["noise"] == "distributed" else 1.0
         Z = self._rescaled(spec, X)
         self._last_round[spec.job_id] = task.round  # from here on the round counts as answered
+        # A class absent here is answered like any other (a count of 0 plus noise): refusing would
+        # reveal its absence by the failure itself.
+        return Z, y
+
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Answer:
+        if sn.is_secure({**DEFAULTS, **spec.params}):
+            raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
+        Z, y = self._checked(spec, task, X, y)
+        p, plan, (c, d, ppc, rank, learn_omega) = self._job(spec)
+        share = 1.0 / math.sqrt(int(p["parties"])) if p["noise"] == "distributed" else 1.0
         if task.kind == "init":
             # A class absent here is answered like any other (a count of 0 plus noise): refusing would
             # reveal its absence by the failure itself.
@@ -344,6 +417,52 @@ class LVQParty(PartyAlgorithm):
         if rank:
             out["grad_omega"] = g.omega
         return out
+
+    def secure_plan(self, spec: JobSpec, task: Task) -> sn.SecurePlan | None:
+        p = {**DEFAULTS, **spec.params}
+        if not sn.is_secure(p) or task.kind not in ("init", "step"):
+            return None
+        plan = secure_lvq_plan(spec)
+        c, d, ppc, rank, learn = _layout(spec)
+        if task.kind == "init":
+            layout = (("counts", (c,)),) + ((("sums", (c, d)),) if p["init"] == "gaussian" else ())
+            return sn.SecurePlan(plan.init, layout, sn.rotation_seed(spec.job_id, task.round))
+        layout = (("grad_prototypes", (c * ppc, d)),) + ((("grad_omega", (rank, d)),) if rank and learn else ())
+        return sn.SecurePlan(plan.step, layout, sn.rotation_seed(spec.job_id, task.round))
+
+    def secure_rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
+                    rng: SecureRNG) -> Iterator[np.ndarray]:
+        """Initialisation: per record [sqrt(cf) e_y, sqrt(1 - cf) s / l2] (norm <= 1, the Gaussian
+        mechanism's count/sum split); steps: per sampled record its clipped joint gradient."""
+        if self.secure_plan(spec, task) is None:
+            raise TaskRejected("not a secure LVQ task")
+        Z, y = self._checked(spec, task, X, y)
+        p, _, (c, d, ppc, rank, learn) = self._job(spec)
+        plan = secure_lvq_plan(spec)
+        chunk = max(1, (1 << 22) // max(1, plan.step.padded_dimension if task.kind == "step" else plan.init.padded_dimension))
+        if task.kind == "init":
+            S = _init_rows(p, Z)[0] if p["init"] == "gaussian" else None
+
+            def init_rows() -> Iterator[np.ndarray]:
+                for a in range(0, len(Z), chunk):
+                    yb = y[a:a + chunk]
+                    rows = np.zeros((len(yb), c + (c * d if S is not None else 0)))
+                    rows[np.arange(len(yb)), yb] = plan.count_weight
+                    if S is not None:
+                        rows[:, c:].reshape(len(yb), c, d)[np.arange(len(yb)), yb] = S[a:a + chunk] * plan.sum_weight
+                    yield rows
+            return init_rows()
+        W = np.asarray(task.arrays["prototypes"], dtype=np.float64)
+        omega = np.asarray(task.arrays["omega"], dtype=np.float64) if rank else None
+        mask = rng.poisson_mask(len(Z), float(p["sampling_rate"]))
+        Zb, yb = Z[mask], y[mask]
+
+        def step_rows() -> Iterator[np.ndarray]:
+            for a in range(0, len(Zb), chunk):
+                yield clipped_gradient_rows(Zb[a:a + chunk], yb[a:a + chunk], W, _prototype_labels(c, ppc), omega,
+                                            float(p["clip"]), phi=str(p["phi"]), beta=float(p["beta"]),
+                                            learn_omega=learn)
+        return step_rows()
 
     @staticmethod
     def _init_answer(p: Mapping[str, Any], plan: PrivacyPlan, Z: np.ndarray, y: np.ndarray, counts: np.ndarray,
@@ -407,7 +526,10 @@ class LVQCoordinator(CoordinatorAlgorithm):
         self.p = {**DEFAULTS, **spec.params}
         self.private = bool(self.p["private"])
         self.c, self.d, self.ppc, self.rank, self.learn_omega = _layout(spec)
-        self.plan = privacy_plan(spec.params) if self.private else None
+        self.secure = sn.is_secure(self.p)
+        self.min_survivors = sn.secure_params(self.p).min_survivors if self.secure else len(self.parties)
+        self.plan = privacy_plan(spec.params) if self.private and not self.secure else None
+        self.init_parties = len(self.parties)
         self.steps = self.plan.steps if self.plan else int(round(float(self.p["epochs"]) / float(self.p["sampling_rate"])))
         self.labels = _prototype_labels(self.c, self.ppc)
         # public, data-independent start: box centre plus a tiny offset to break ties between prototypes
@@ -446,12 +568,24 @@ class LVQCoordinator(CoordinatorAlgorithm):
     def absorb(self, task: Task, combined: Aggregate) -> None:
         if task.round != self.round:
             raise ValueError(f"answers for round {task.round}, expected round {self.round}")
-        if set(combined.parties) != set(self.parties):
+        if self.secure and not combined.parties and task.kind == "step":  # an aborted secure round: no step
+            self.round += 1
+            return
+        if self.secure:  # the survivors of the round (at least min_survivors: SecureGather aborts below)
+            if not set(combined.parties) <= set(self.parties) or len(combined.parties) < self.min_survivors:
+                raise ValueError(f"a secure round needs at least {self.min_survivors} of the job's parties")
+        elif set(combined.parties) != set(self.parties):
             raise ValueError("answers must come from every party of the job")
-        a = combined.arrays
+        a = dict(combined.arrays)
+        if task.kind == "init" and self.secure:  # the rows' weights (secure_rows) taken off the decoded sums
+            sp = secure_lvq_plan(self.spec)
+            a["counts"] = np.asarray(a["counts"]) / sp.count_weight
+            if "sums" in a:
+                a["sums"] = np.asarray(a["sums"]) / sp.sum_weight
         if task.kind == "init":
             counts = np.asarray(a["counts"], dtype=np.float64)
             self.n_hat = max(float(counts.sum()), 1.0)
+            self.init_parties = len(combined.parties)
             if "sums" in a:
                 sums = np.asarray(a["sums"], dtype=np.float64)
                 means = np.clip(_init_center(self.p, self.d) + sums / np.maximum(counts, 1.0)[:, None], -1.0, 1.0)
@@ -460,7 +594,10 @@ class LVQCoordinator(CoordinatorAlgorithm):
             parts = [np.asarray(a["grad_prototypes"], dtype=np.float64).ravel()]
             if self.rank:
                 parts.append(np.asarray(a["grad_omega"], dtype=np.float64).ravel())
-            g = np.concatenate(parts) / (float(self.p["sampling_rate"]) * self.n_hat)
+            # the expected batch of this round's contributors; under dropouts, the survivors' share of the
+            # initialisation's noisy count (parties of equal size assumed: post-processing only)
+            n = self.n_hat * len(combined.parties) / max(self.init_parties, 1)
+            g = np.concatenate(parts) / (float(self.p["sampling_rate"]) * max(n, 1.0))
             self._step(g)
         self.round += 1
 
@@ -499,9 +636,15 @@ class LVQCoordinator(CoordinatorAlgorithm):
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"steps": self.steps, "clip": float(self.p["clip"]), "init": self.p["init"],
                                "optimizer": self.p["optimizer"], "lr": float(self.p["lr"]),
-                               "noise_placement": self.p["noise"] + (" (simulation only: needs secure aggregation)"
-                                                                     if self.p["noise"] == "distributed" else "")}
-        if self.plan is not None:
+                               "noise_placement": self.p["noise"] + (
+                                   " (secure aggregation)" if self.secure else
+                                   " (simulation only: needs secure aggregation)" if self.p["noise"] == "distributed"
+                                   else "")}
+        if self.secure:
+            sp = secure_lvq_plan(self.spec)
+            out.update(sigma_share=sp.step.sigma_share, gamma=sp.step.gamma, init_sigma_share=sp.init.sigma_share,
+                       expected_batch_size=float(self.p["sampling_rate"]) * self.n_hat)
+        elif self.plan is not None:
             out.update(noise_multiplier=self.plan.noise_multiplier, init_count_noise=self.plan.count_noise,
                        init_sum_noise=self.plan.sum_noise, expected_batch_size=float(self.p["sampling_rate"]) * self.n_hat)
         else:
@@ -680,7 +823,8 @@ PARAMS = ParamTable((
     Param("clip", float, DEFAULTS["clip"], lo=0.0, lo_open=True, hi=1e6,
           help="per-record gradient clipping norm C (paper: 0.5)"),
     Param("noise", str, DEFAULTS["noise"], choices=("local", "distributed"),
-          help="local: full noise per party; distributed: 1/P of the variance each (simulation only)"),
+          help="local: full noise per party; distributed: noise shares whose sum carries the central noise "
+               "(under secure aggregation, or simulation only without it)"),
     Param("parties", int, DEFAULTS["parties"], lo=1, hi=100_000, help="number of parties (distributed noise)"),
     Param("lr", float, DEFAULTS["lr"], lo=0.0, lo_open=True, hi=100.0, help="learning rate (default 0.05)"),
     Param("lr_decay", float, DEFAULTS["lr_decay"], lo=0.0, hi=1e6,
@@ -713,6 +857,7 @@ PARAMS = ParamTable((
                "step for a full Omega). Initialisation noise is always exact"),
     Param("noise_multiplier", float, None, lo=0.05, hi=1e4, optional=True,
           help="DP-SGD noise multiplier (calibrated from epsilon when absent)"),
+    *sn.SECURE_PARAMS,
 ), check=lambda p, schema: _check_params(p, schema))
 
 

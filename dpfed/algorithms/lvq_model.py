@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["rescale", "distances", "batch_terms", "clipped_gradient_sum", "per_sample_gradients_naive",
-           "cost", "predict", "GradientSum"]
+__all__ = ["rescale", "distances", "batch_terms", "clipped_gradient_sum", "clipped_gradient_rows",
+           "per_sample_gradients_naive", "cost", "predict", "GradientSum"]
 
 
 def rescale(X: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
@@ -175,6 +175,38 @@ def _zero_nonfinite(t: _Terms) -> None:
     t.ap[bad], t.am[bad] = 0.0, 0.0
     for M in (t.Vp, t.Vm, t.Up, t.Um, t.Z):
         M[bad] = 0.0
+
+
+def clipped_gradient_rows(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.ndarray,
+                          omega: np.ndarray | None, clip: float, *, phi: str = "identity", beta: float = 1.0,
+                          learn_omega: bool = True) -> np.ndarray:
+    """Per-record joint gradients (prototypes, then Omega when learned), each clipped to L2 norm
+    ``clip``, one flat row per record, shape (B, K d [+ r d]): the rows that distributed noise encodes
+    one by one (one record, one privacy unit). Their sum is :func:`clipped_gradient_sum`."""
+    K, d = W.shape
+    with_omega = omega is not None and learn_omega
+    width = K * d + (omega.size if with_omega else 0)
+    B = len(X)
+    if B == 0:
+        return np.zeros((0, width))
+    t = batch_terms(X, y, W, wl, omega, phi, beta)
+    _zero_nonfinite(t)  # a non-finite record contributes zero (see there)
+    if omega is None:
+        Pp, Pm = t.Vp, t.Vm
+    else:
+        P, PW = t.Z @ omega, t.ZW @ omega
+        Pp, Pm = P - PW[t.jp], P - PW[t.jm]
+    rows = np.zeros((B, width))
+    gW = rows[:, :K * d].reshape(B, K, d)
+    idx = np.arange(B)
+    gW[idx, t.jp] += (-2.0 * t.ap)[:, None] * Pp
+    gW[idx, t.jm] += (-2.0 * t.am)[:, None] * Pm
+    if with_omega:
+        gO = rows[:, K * d:].reshape((B,) + omega.shape)
+        gO += np.einsum("b,br,bd->brd", 2.0 * t.ap, t.Up, t.Vp) + np.einsum("b,br,bd->brd", 2.0 * t.am, t.Um, t.Vm)
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    rows *= np.minimum(1.0, clip / np.maximum(norms, 1e-300))[:, None]
+    return rows
 
 
 def _unclipped_sum(t: _Terms, W: np.ndarray, omega: np.ndarray, learn_omega: bool) -> GradientSum:

@@ -57,6 +57,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cv-train-on-one", action="store_true",
                    help="with --cv: train on one fold and test on the other K-1 (as Brinkrolf et al. do for MNIST)")
     p.add_argument("--json", action="store_true", help="print only one JSON object")
+    g = p.add_argument_group("secure aggregation (jobs with --noise distributed)")
+    g.add_argument("--secure-aggregation", choices=("on", "off"), default="on",
+                   help="on: distributed noise runs under SecAgg with discrete noise shares (default); off: the "
+                        "float shares of the simulation-only mode")
+    g.add_argument("--dropout", type=float, default=0.0, metavar="F",
+                   help="each party misses each secure round with probability F (simulated in the party session)")
+    g.add_argument("--min-survivors", type=int, default=None, metavar="P_MIN",
+                   help="noise planned for P_MIN survivors; rounds with fewer abort (default: all parties)")
+    g.add_argument("--colluders", type=int, default=0, help="parties that may collude with the coordinator")
+    g.add_argument("--bits", type=int, default=16, metavar="B", help="SecAgg arithmetic mod 2^B (default 16)")
     add_algorithm_arguments(p)
     p.set_defaults(func=_main)
 
@@ -100,9 +110,15 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
     ds = load_dataset(args.dataset, args.data_dir)
     delta = algo.default_delta if args.delta is None else args.delta
     params: dict[str, Any] = {"epsilon": args.epsilon, "delta": delta}
+    secure = getattr(args, "noise", None) == "distributed" and args.secure_aggregation == "on"
+    if secure:  # before the algorithm's options: a secure job needs no Gaussian calibration
+        params.update(noise="distributed", secure_aggregation=True, bits=args.bits, colluders=args.colluders,
+                      min_survivors=args.parties if args.min_survivors is None else args.min_survivors)
     if algo.params_from_args is not None:
         params.update(algo.params_from_args(args))
     params = validate(algo, params, ds.schema)  # the ranges and caps every party checks, before any spend
+    if not secure and args.dropout:
+        raise ValueError("--dropout applies to secure aggregation (--noise distributed)")
     split_rng = np.random.default_rng(args.seed)  # public randomness: which party holds which rows
     folds = _folds(ds, args, algo.needs_labels)
     metrics: list[dict[str, float]] = []
@@ -118,17 +134,20 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
         if args.transport == "inproc":
             from dpfed.simulation import run_inprocess
 
-            res = run_inprocess(spec, party_data, seed=args.seed, progress=progress)
+            res = run_inprocess(spec, party_data, seed=args.seed, progress=progress, dropout=args.dropout)
         elif args.transport == "ray":
             from dpfed.simulation.ray_runner import run_ray_simulation
 
+            if secure:
+                raise ValueError("secure aggregation does not run on --transport ray yet; use inproc or grpc")
             res = run_ray_simulation(spec, party_data, seed=args.seed, address=args.ray_address, progress=progress,
                                      workers=args.ray_workers,
                                      ledger_dir=None if args.ledger_dir is None else f"{args.ledger_dir}/{job_id}")
         else:
             from dpfed.simulation.grpc_local import run_grpc_simulation
 
-            res = run_grpc_simulation(spec, party_data, seed=args.seed, insecure=args.insecure, progress=progress)
+            res = run_grpc_simulation(spec, party_data, seed=args.seed, insecure=args.insecure, progress=progress,
+                                      dropout=args.dropout)
         metrics.append(algo.evaluate(res.model, Xte, yte, ds.schema))
         spent, summary, rounds = max(spent, res.epsilon_spent), res.summary, res.rounds
     out: dict[str, Any] = {
@@ -140,6 +159,7 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
         out["ray_workers"] = res.info.get("workers")
         out["ray_nodes"] = len(res.info.get("nodes", ()))
     out.update({k: v for k, v in summary.items() if k not in out})
+    out.setdefault("secure_aggregation", False)
     for key in metrics[0]:
         vals = [m[key] for m in metrics]
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):

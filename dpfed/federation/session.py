@@ -37,6 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 from dp_accounting import DpEvent
 
+from dpfed.algorithms.secure_noise import is_secure
 from dpfed.algorithms.contract import Algorithm, Answer, JobSpec, PartyAlgorithm, Released, Task, TaskRejected
 from dpfed.algorithms.params import validate
 from dpfed.core import accounting
@@ -44,6 +45,7 @@ from dpfed.core.ledger import AnswerConflictError, BudgetExceededError, BudgetLe
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import Schema
 from dpfed.federation.plugins import load_algorithm
+from dpfed.federation.secure_session import SecAggParty, SecureParty, secure_refusal
 
 __all__ = ["PartyContext", "Decision", "PartySession", "TaskError", "decide", "task_digest", "spec_digest",
            "pack_answer", "unpack_answer"]
@@ -65,8 +67,9 @@ class PartyContext:
     schema: Schema
     ledger: BudgetLedger
     plugins: Sequence[str] = ()
-    secure_aggregation: bool = False   # accept jobs whose privacy needs secure aggregation (simulations)
+    secure_aggregation: bool = False   # SIMULATIONS: accept distributed noise without secure aggregation
     seed: int | str | None = None      # SIMULATIONS ONLY: reproducible noise per (seed, job, party)
+    secagg: SecAggParty | None = None  # takes part in secure aggregation (secure_session.py)
 
     def rng_for(self, job_id: str, resume_round: int = 0) -> SecureRNG:
         """The job's noise generator; a seeded one resumed at round r > 0 gets its own stream (a
@@ -175,10 +178,9 @@ def decide(party: PartyContext, offer: JobSpec | str) -> Decision:
     try:
         validate(algo, spec.params, spec.schema)  # ranges and caps first: a cheap plan for any accepted job
         half = algo.party()
-        if half.needs_secure_aggregation(spec) and not party.secure_aggregation:
-            return refuse("this job is private against the coordinator only under secure aggregation (e.g. "
-                          "distributed noise), which dpfed does not implement; the party accepts it only in "
-                          "simulations")
+        why = secure_refusal(party.name, party.secagg, party.secure_aggregation, half, spec)
+        if why:
+            return refuse(why)
         event = half.job_event(spec)
     except (TaskRejected, ValueError, TypeError, KeyError, ArithmeticError) as exc:
         return refuse(f"bad job parameters: {exc}")
@@ -204,6 +206,9 @@ def decide(party: PartyContext, offer: JobSpec | str) -> Decision:
              f"resumed at round {resume_round}, nothing charged again" if resumed else "accepted",
              spec.algorithm, total)
     session = PartySession(party, spec, algo, half, event, party.rng_for(job_id, resume_round))
+    if party.secagg is not None and is_secure(spec.params):
+        session.secure = SecureParty(party.name, spec, half, party.secagg, session.rng, session.durable,
+                                     None if party.seed is None else party.rng_for(f"{job_id}:dropout"))
     return Decision(True, job_id, event=event, epsilon_job=party.ledger.spent(job_id), epsilon_total=total,
                     session=session, resumed=resumed)
 
@@ -218,6 +223,7 @@ class PartySession:
     half: PartyAlgorithm
     event: DpEvent
     rng: SecureRNG
+    secure: SecureParty | None = None  # a secure-aggregation job: every task is a SecAgg step
 
     @property
     def last_round(self) -> int:
@@ -233,6 +239,11 @@ class PartySession:
         if not isinstance(task.round, (int, np.integer)) or isinstance(task.round, bool) or task.round < 0:
             raise TaskError("task rejected: the round must be an integer >= 0")
         digest = task_digest(task)
+        if self.secure is not None:  # answered once per (round, step) there; masked inputs durably here
+            try:
+                return self.secure.answer(task, digest, self.party.X, self.party.y)
+            except TaskRejected as exc:
+                raise TaskError(f"task rejected: {exc}") from None
         last = self.party.ledger.last_answer(job, with_data=False)
         if last is not None and task.round <= last.round:
             if task.round < last.round:
@@ -260,10 +271,15 @@ class PartySession:
         if isinstance(out, Released) and planned is not None:
             _check_within(out.events, planned, task)
         _check_finite(arrays)
+        return self.durable(int(task.round), digest, arrays)
+
+    def durable(self, round_: int, digest: str, arrays: Answer) -> Answer:
+        """Record the answer to round ``round_`` durably before its bytes leave; return what to send
+        (the stored answer if this task was answered already)."""
         data = pack_answer(arrays)
         answer_digest = hashlib.sha256(data).hexdigest()
         try:  # durable before the bytes leave; a concurrent identical request gets the stored answer
-            stored = self.party.ledger.record_answer(job, int(task.round), digest, answer_digest, data)
+            stored = self.party.ledger.record_answer(self.spec.job_id, round_, digest, answer_digest, data)
         except AnswerConflictError as exc:
             raise TaskError(f"task rejected: {exc}") from None
         return {k: np.asarray(v) for k, v in arrays.items()} if stored.answer_digest == answer_digest \

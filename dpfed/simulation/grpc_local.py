@@ -28,7 +28,9 @@ from coordinator.client import AdminClient, JobError
 from coordinator.config import CoordinatorConfig
 from coordinator.server import serve
 from dpfed.algorithms.contract import JobSpec
+from dpfed.algorithms.secure_noise import is_secure
 from dpfed.simulation import PURE_DP_DELTA, SimulationResult
+from dpfed.simulation.inprocess import secure_spec
 from party.config import write_config
 from dpfed.federation.tls import TlsFiles
 
@@ -67,18 +69,23 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
                         workdir: str | os.PathLike | None = None, timeout: float = 3600,
                         party_names: Sequence[str] | None = None, plugins: Sequence[str] = (),
                         epsilon_limit: float | None = None, delta_limit: float | None = None,
-                        start_timeout: float = 120.0) -> SimulationResult:
+                        start_timeout: float = 120.0, dropout: float = 0.0) -> SimulationResult:
     """Run ``spec`` over party processes holding ``party_data``; return model, spends and timing.
 
     ``seed`` makes each party's noise reproducible (``SecureRNG.from_seed(f"{seed}:{job}:{party}")``,
     simulation only); None uses fresh OS entropy. Each party's ledger limit defaults to the job's own
     (epsilon, delta), as in :func:`dpfed.simulation.run_inprocess`. ``workdir`` keeps the certificates,
-    configs, ledgers and logs (a temporary directory, removed afterwards, by default).
+    configs, ledgers and logs (a temporary directory, removed afterwards, by default). A secure-
+    aggregation job runs with each party's certificate signing its SecAgg keys; ``dropout`` is each
+    party's probability of missing a secure round (set in its config, simulated by its session).
     """
     t0 = time.perf_counter()
     names = list(party_names) if party_names is not None else [f"party-{i}" for i in range(len(party_data))]
     if len(names) != len(party_data) or not names:
         raise ValueError("one name per party, at least one party")
+    spec = secure_spec(spec, names, sum(len(X) for X, _ in party_data))
+    if is_secure(spec.params) and insecure:
+        raise ValueError("secure aggregation needs certificates: drop --insecure")
     own_dir = workdir is None
     root = Path(tempfile.mkdtemp(prefix="dpfed-sim-")) if own_dir else Path(workdir)
     root.mkdir(parents=True, exist_ok=True)
@@ -116,7 +123,8 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
                       "ledger": str(pdir / "ledger.sqlite"), "epsilon_limit": eps_limit, "delta_limit": dl,
                       "insecure": insecure, "reconnect_seconds": 0.5, "plugins": list(plugins),
                       "schema_file": str(root / "schema.json"), "exit_with_parent": True,
-                      "simulation": True}
+                      "simulation": True, "dropout": float(dropout),
+                      "accountant": "rdp" if is_secure(spec.params) else "pld"}
             if seed is not None:
                 values["seed"] = int(seed)
             if not insecure:

@@ -8,6 +8,8 @@ sessions in party processes.
 """
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -18,10 +20,14 @@ from dpfed.algorithms.contract import Aggregate, JobSpec, Task
 from dpfed.algorithms.driver import drive
 from dpfed.core.errors import DpfedError
 from dpfed.core.ledger import BudgetLedger
+from dpfed.algorithms.secure_noise import is_secure
 from dpfed.federation.plugins import load_algorithm
-from dpfed.federation.session import PartyContext, PartySession, decide
+from dpfed.federation.secure_gather import SecureGather
+from dpfed.federation.secure_session import SecAggParty
+from dpfed.federation.session import PartyContext, PartySession, TaskError, decide
 
-__all__ = ["SimulationResult", "run_inprocess", "PURE_DP_DELTA", "JobRefused", "make_parties"]
+__all__ = ["SimulationResult", "run_inprocess", "PURE_DP_DELTA", "JobRefused", "make_parties", "secure_spec",
+           "simulation_credentials", "secure_send"]
 
 #: The delta at which a pure-DP job (delta = 0) is measured: PLD reports an infinite epsilon at 0.
 PURE_DP_DELTA = 1e-12
@@ -45,12 +51,50 @@ class SimulationResult:
 def default_ledger(spec: JobSpec, path: str = ":memory:") -> BudgetLedger:
     """A ledger whose limit is the job's own target (what a simulated party allows)."""
     return BudgetLedger(path, epsilon_limit=spec.epsilon * (1 + 1e-9),
-                        delta_limit=spec.delta if spec.delta > 0 else PURE_DP_DELTA)
+                        delta_limit=spec.delta if spec.delta > 0 else PURE_DP_DELTA,
+                        accountant="rdp" if is_secure(spec.params) else "pld")
+
+
+def secure_spec(spec: JobSpec, names: Sequence[str], records: int) -> JobSpec:
+    """A secure job's spec with the roster (and, unless given, the public record bound) filled in."""
+    if not is_secure(spec.params):
+        return spec
+    params = {"roster": list(names), "records": int(records), **dict(spec.params)}
+    return JobSpec(spec.job_id, spec.algorithm, params, spec.schema)
+
+
+def simulation_credentials(names: Sequence[str]) -> tuple[bytes, dict[str, tuple[bytes, bytes]]]:
+    """A throw-away CA and one party certificate per name (what signs the SecAgg keys in a simulation)."""
+    from dpfed.federation import certs
+
+    with tempfile.TemporaryDirectory(prefix="dpfed-secagg-") as d:
+        certs.init_ca(d)
+        out = {}
+        for n in names:
+            crt, key = certs.issue(n, d)
+            out[n] = (crt.read_bytes(), key.read_bytes())
+        return (Path(d) / "ca.crt").read_bytes(), out
+
+
+def secure_send(sessions: Sequence[PartySession]):
+    """``send`` for :class:`SecureGather` over in-process sessions: a refusal is a missing answer."""
+    by_name = {s.party.name: s for s in sessions}
+
+    def send(tasks):
+        out = {}
+        for name, task in tasks.items():
+            try:
+                out[name] = by_name[name].answer(task)
+            except TaskError:
+                pass
+        return out
+    return send
 
 
 def make_parties(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarray | None]], *,
                  seed: int | None = None, ledgers: Sequence[BudgetLedger] | None = None,
-                 party_names: Sequence[str] | None = None, plugins: Sequence[str] = ()) -> list[PartyContext]:
+                 party_names: Sequence[str] | None = None, plugins: Sequence[str] = (),
+                 dropout: float = 0.0) -> list[PartyContext]:
     """One :class:`PartyContext` per (X, y): records validated against the job's schema."""
     names = list(party_names) if party_names is not None else [f"party-{i}" for i in range(len(party_data))]
     if len(names) != len(party_data):
@@ -59,11 +103,13 @@ def make_parties(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarra
         ledgers = [default_ledger(spec) for _ in names]
     if len(ledgers) != len(names):
         raise ValueError("one ledger per party")
+    ca, creds = simulation_credentials(names) if is_secure(spec.params) else (b"", {})
     out = []
     for name, (X, y), ledger in zip(names, party_data, ledgers, strict=True):
         Xv = spec.schema.validate(X, y)
+        secagg = SecAggParty(*creds[name], ca, dropout=dropout) if name in creds else None
         out.append(PartyContext(name, Xv, None if y is None else np.asarray(y, dtype=np.int64), spec.schema, ledger,
-                                plugins=tuple(plugins), secure_aggregation=True, seed=seed))
+                                plugins=tuple(plugins), secure_aggregation=True, seed=seed, secagg=secagg))
     return out
 
 
@@ -85,24 +131,33 @@ def run_inprocess(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarr
                   seed: int | None = None, ledgers: Sequence[BudgetLedger] | None = None,
                   party_names: Sequence[str] | None = None,
                   progress: Callable[[float], None] | None = None,
-                  plugins: Sequence[str] = ()) -> SimulationResult:
+                  plugins: Sequence[str] = (), dropout: float = 0.0) -> SimulationResult:
     """Run ``spec`` over parties holding ``party_data`` [(X, y), ...]; return the model and spends.
 
     ``seed`` makes every party's noise reproducible (simulation only; production parties use
     ``SecureRNG()``). ``ledgers`` default to in-memory ledgers whose limit is the job's own target.
-    ``plugins`` are modules with extra algorithms (see :mod:`dpfed.federation.plugins`).
+    ``plugins`` are modules with extra algorithms (see :mod:`dpfed.federation.plugins`). A
+    secure-aggregation job runs through :class:`SecureGather`; ``dropout`` is the probability that a
+    party misses each of its rounds (simulated in the party session).
     """
     t0 = time.perf_counter()
     algo = load_algorithm(spec.algorithm, plugins)
-    parties = make_parties(spec, party_data, seed=seed, ledgers=ledgers, party_names=party_names, plugins=plugins)
+    names = list(party_names) if party_names is not None else [f"party-{i}" for i in range(len(party_data))]
+    spec = secure_spec(spec, names, sum(len(X) for X, _ in party_data))
+    parties = make_parties(spec, party_data, seed=seed, ledgers=ledgers, party_names=names, plugins=plugins,
+                           dropout=dropout)
     sessions = open_sessions(spec, parties)  # every party charges the whole job before any answer
     coord = algo.coordinator(spec, [p.name for p in parties])
+    secure = SecureGather(spec, algo.party(), secure_send(sessions)) if is_secure(spec.params) else None
 
     def gather(task: Task) -> list[Aggregate]:
+        if secure is not None:
+            return secure(task)
         return [Aggregate(s.answer(task), (s.party.name,)) for s in sessions]
 
     rounds = drive(coord, gather, algo.combine,
                    on_round=None if progress is None else (lambda task, c: progress(c.progress)))
     spent = {p.name: p.ledger.spent(spec.job_id) for p in parties}
-    return SimulationResult(model=coord.model(), summary=coord.summary(), epsilon_spent=max(spent.values()),
+    summary = {**coord.summary(), **(secure.summary() if secure is not None else {"secure_aggregation": False})}
+    return SimulationResult(model=coord.model(), summary=summary, epsilon_spent=max(spent.values()),
                             party_epsilon=spent, rounds=rounds, wall_seconds=time.perf_counter() - t0)

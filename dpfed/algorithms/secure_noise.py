@@ -1,0 +1,209 @@
+"""Distributed noise under secure aggregation: the public job parameters and per-round plans.
+
+A job with ``noise = "distributed"`` and ``secure_aggregation = true`` has every party encode its
+answer with the distributed discrete Gaussian (:mod:`dpfed.core.distributed_noise`, Kairouz, Liu &
+Steinke ICML 2021, Alg. 1) and mask it with SecAgg (:mod:`dpfed.federation.secagg`); the
+coordinator only sees the sum. Both sides derive the same :class:`SecurePlan` for each round from
+the public job parameters alone:
+
+* ``roster``: the parties' names (filled in by the runner that starts the job);
+* ``bits`` (B, default 16): arithmetic mod 2^B; a round whose rounding headroom needs more bits
+  (e.g. an initialisation summing every record) uses the fewest that fit (``bits`` is a floor);
+* ``min_survivors`` (P_min, default: every party): the noise is planned so that P_min - c shares
+  alone meet the target, and a round with fewer survivors is aborted before anything is unmasked;
+* ``colluders`` (c, default 0): parties that may collude with the coordinator (their shares are not
+  counted; the SecAgg threshold exceeds c);
+* ``records``: a public bound on the total number of records across parties (the headroom of the
+  modulus only: a wrong value costs accuracy through wrap-around, never privacy).
+
+Privacy unit: one record. Each record's clipped vector is one encoded row (its own conditional
+rounding), so adding or removing a record moves the integer sum by at most Delta_2 (KLS21 Thm. 1).
+Accounting is RDP (the DDGauss bound has no PLD), so the party's ledger must be an RDP ledger.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+from dp_accounting import DpEvent
+
+from dpfed.algorithms.params import Param
+from dpfed.core import accounting
+from dpfed.core import distributed_noise as dn
+
+__all__ = ["SecureParams", "SecurePlan", "secure_params", "is_secure", "rotation_seed",
+           "calibrate_release", "batch_bound", "SECURE_KINDS", "SECURE_PARAMS"]
+
+#: The job parameters of secure aggregation (declared in each algorithm's parameter table).
+SECURE_PARAMS = (
+    Param("secure_aggregation", bool, False, help="distributed noise under SecAgg (discrete shares, RDP)"),
+    Param("bits", int, 16, lo=8, hi=62, help="SecAgg arithmetic mod 2^B (a floor: a round may need more)"),
+    Param("min_survivors", int, None, lo=2, hi=100_000, optional=True,
+          help="P_min: noise planned for P_min survivors, rounds with fewer abort (default: every party)"),
+    Param("colluders", int, 0, lo=0, hi=100_000, help="parties that may collude with the coordinator"),
+    Param("records", int, None, lo=1, hi=10**9, optional=True,
+          help="public bound on the total number of records (the modulus headroom)"),
+    Param("roster", list, None, optional=True, help="the parties' names (filled in by the runner)"),
+)
+
+#: Task kinds of the four SecAgg steps of one round, in order.
+SECURE_KINDS = ("secagg/advertise", "secagg/share", "secagg/masked", "secagg/unmask")
+
+
+def is_secure(params: Mapping[str, Any]) -> bool:
+    """True for a distributed-noise job run under secure aggregation."""
+    return params.get("noise") == "distributed" and bool(params.get("secure_aggregation", False))
+
+
+@dataclass(frozen=True)
+class SecureParams:
+    """The secure-aggregation parameters of a job (validated)."""
+
+    roster: tuple[str, ...]
+    bits: int
+    min_survivors: int
+    colluders: int
+    records: int
+
+    @property
+    def parties(self) -> int:
+        return len(self.roster)
+
+    @property
+    def honest(self) -> int:
+        """Noise shares the accounting counts: P_min - c."""
+        return self.min_survivors - self.colluders
+
+
+def secure_params(params: Mapping[str, Any]) -> SecureParams:
+    """Parse and bound the public secure-aggregation parameters (ValueError with a reason)."""
+    roster = params.get("roster")
+    if not isinstance(roster, (list, tuple)) or len(roster) < 2 or not all(isinstance(n, str) for n in roster):
+        raise ValueError("a secure-aggregation job needs 'roster': the names of >= 2 parties")
+    if len(set(roster)) != len(roster):
+        raise ValueError("the roster lists a party twice")
+    n = len(roster)
+    try:
+        bits = int(params.get("bits", 16))
+        pmin = int(params.get("min_survivors") or n)
+        c = int(params.get("colluders", 0))
+        if params.get("records") is None:
+            raise KeyError("records")
+        records = int(params["records"])
+    except KeyError:
+        raise ValueError("a secure-aggregation job needs 'records': a public bound on the total number of "
+                         "records (the modulus headroom)") from None
+    except (TypeError, ValueError):
+        raise ValueError("bits, min_survivors, colluders and records must be integers") from None
+    if not 8 <= bits <= 62:
+        raise ValueError(f"bits must lie in [8, 62], got {bits}")
+    if not 0 <= c and c + 2 <= pmin <= n:
+        raise ValueError(f"need colluders + 2 <= min_survivors <= parties ({c} + 2 <= {pmin} <= {n})")
+    if not 1 <= records <= 10**9:
+        raise ValueError("records must lie in [1, 1e9]")
+    return SecureParams(tuple(str(x) for x in roster), bits, pmin, c, records)
+
+
+def rotation_seed(job_id: str, round_: int) -> bytes:
+    """The public seed of round ``round_``'s Hadamard rotation (fixed before any data are seen)."""
+    return hashlib.sha256(f"dpfed-secure-rotation\x00{job_id}\x00{int(round_)}".encode()).digest()
+
+
+@dataclass(frozen=True)
+class SecurePlan:
+    """One round's secure release: the noise plan, the layout of the flat vector, the rotation seed."""
+
+    noise: dn.DistributedNoisePlan
+    layout: tuple[tuple[str, tuple[int, ...]], ...]
+    seed: bytes
+
+    @property
+    def dimension(self) -> int:
+        return int(sum(math.prod(s) for _, s in self.layout))
+
+    def split(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        """The decoded flat vector as the named arrays of :attr:`layout`."""
+        out, at = {}, 0
+        for name, shape in self.layout:
+            k = math.prod(shape)
+            out[name] = np.asarray(flat[at:at + k], dtype=np.float64).reshape(shape)
+            at += k
+        return out
+
+
+def _event(sigma: float, honest: int, clip: float, gamma: float, dim: int, beta: float,
+           q: float, steps: int) -> DpEvent:
+    plan = dn.DistributedNoisePlan(dimension=dim, clip=clip, gamma=gamma, bits=62, sigma_share=sigma, beta=beta,
+                                   honest_parties=honest, parties=honest, sampling_rate=q, steps=steps)
+    return plan.event()
+
+
+@functools.lru_cache(maxsize=64)
+def _calibrate(key: str) -> tuple[float, float, int]:
+    k = json.loads(key)
+    prior = accounting.event_from_json(k["prior"]) if k["prior"] else None
+    eps, delta, clip, dim = k["epsilon"], k["delta"], k["clip"], k["dimension"]
+    honest, parties, vectors, q, steps = k["honest"], k["parties"], k["vectors"], k["q"], k["steps"]
+    beta = dn.DEFAULT_BETA
+    floor_bits = k["bits"]
+    # the fewest bits >= the job's that leave room for the rounding errors of every vector
+    bits = max(floor_bits, math.ceil(math.log2(2 * vectors + 2)) + 4)
+    if bits > 62:
+        raise ValueError(f"{vectors} vectors need more than 62 bits")
+
+    def eps_of(sigma: float, gamma: float) -> float:
+        ev = _event(sigma, honest, clip, gamma, dim, beta, q, steps)
+        return accounting.epsilon(ev if prior is None else accounting.compose([prior, ev]), delta, accountant="rdp")
+
+    def sigma_at(gamma: float) -> float:
+        lo, hi = 0.5, 1.0
+        if eps_of(lo, gamma) <= eps:
+            return lo
+        while eps_of(hi, gamma) > eps:
+            lo, hi = hi, 2.0 * hi
+            if hi > 2.0 ** 40:
+                raise ValueError("no noise meets the target epsilon (the rest of the job spends it all)")
+        while hi - lo > 1e-4 * hi:
+            mid = math.sqrt(lo * hi)
+            lo, hi = (mid, hi) if eps_of(mid, gamma) > eps else (lo, mid)
+        return hi
+
+    gamma = dn.choose_gamma(bits, vectors=vectors, shares=parties, clip=clip, dimension=dim, sigma_real=clip)
+    for _ in range(30):
+        sigma = sigma_at(gamma)
+        new = dn.choose_gamma(bits, vectors=vectors, shares=parties, clip=clip, dimension=dim,
+                              sigma_real=sigma * gamma)
+        done = abs(new / gamma - 1.0) < 1e-3
+        gamma = new
+        if done:
+            break
+    return gamma, sigma_at(gamma), bits
+
+
+def calibrate_release(sp: SecureParams, *, epsilon: float, delta: float, clip: float, dimension: int,
+                      vectors: int, sampling_rate: float = 1.0, steps: int = 1,
+                      prior: DpEvent | None = None) -> dn.DistributedNoisePlan:
+    """The noise plan of ``steps`` Poisson(q) releases of per-record rows clipped to ``clip`` in
+    ``dimension`` coordinates, calibrated so that ``prior`` (the job's earlier releases) composed with
+    them meets (epsilon, delta) by RDP with P_min - c honest shares (KLS21 Prop. 14; Zhu & Wang 2019
+    Thm. 6), and gamma leaves 4 sub-Gaussian standard deviations of headroom for every party's share
+    and ``vectors`` rounded rows (:func:`dpfed.core.distributed_noise.choose_gamma`)."""
+    key = json.dumps({"prior": accounting.event_to_json(prior) if prior is not None else "", "epsilon": float(epsilon),
+                      "delta": float(delta), "clip": float(clip), "dimension": int(dimension),
+                      "honest": sp.honest, "parties": sp.parties, "vectors": int(vectors),
+                      "q": float(sampling_rate), "steps": int(steps), "bits": sp.bits}, sort_keys=True)
+    gamma, sigma, bits = _calibrate(key)
+    return dn.DistributedNoisePlan(dimension=int(dimension), clip=float(clip), gamma=gamma, bits=bits,
+                                   sigma_share=sigma, honest_parties=sp.honest, parties=sp.parties,
+                                   vectors=int(vectors), sampling_rate=float(sampling_rate), steps=int(steps))
+
+
+def batch_bound(records: int, q: float) -> int:
+    """Rows in one Poisson(q) round's sum, for the headroom: mean + 6 standard deviations."""
+    m = q * records
+    return max(1, int(math.ceil(m + 6.0 * math.sqrt(m) + 1)))

@@ -1,0 +1,145 @@
+"""The coordinator's side of a secure round: the driver's ``gather`` for secure-aggregation jobs.
+
+Transport-agnostic: :class:`SecureGather` is given ``send``, a function that delivers one task per
+party (a mapping name -> task) and returns the answers that came back (name -> arrays; a party
+that did not answer, refused or failed is simply missing). For each algorithm task it runs the four
+SecAgg steps (Bonawitz et al. 2017, Fig. 4; :mod:`dpfed.federation.secagg`), tolerates dropouts
+down to P_min survivors, and returns one :class:`~dpfed.algorithms.contract.Aggregate` whose arrays
+are the decoded real-valued sum (KLS21 Alg. 2: centre mod 2^B, times gamma, inverse rotation) and
+whose ``parties`` are the survivors. With fewer than P_min masked inputs the round is aborted before
+any unmask request is sent (with too few unmask answers to reconstruct, after fewer than threshold
+shares of anything were revealed): nothing of it is unmasked, and a round is never retried (each
+party answers each step once). An aborted round is returned as an empty ``Aggregate({}, ())`` that
+the algorithm skips (``skip_aborted``, the default), or raises :class:`RoundAborted`.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from dpfed.algorithms.contract import Aggregate, Answer, JobSpec, PartyAlgorithm, Task
+from dpfed.algorithms.secure_noise import secure_params
+from dpfed.core import distributed_noise as dn
+from dpfed.core.errors import DpfedError
+from dpfed.federation import secagg as sa
+from dpfed.federation import secure_wire as sw
+
+__all__ = ["SecureGather", "RoundAborted", "Send"]
+
+log = logging.getLogger("dpfed.coordinator")
+
+Send = Callable[[Mapping[str, Task]], Mapping[str, Answer]]
+
+
+class RoundAborted(DpfedError, RuntimeError):
+    """A secure round had too few survivors; nothing of it was unmasked."""
+
+
+class SecureGather:
+    """``gather(task) -> [Aggregate]`` for a secure job over ``send`` (see module docstring)."""
+
+    def __init__(self, spec: JobSpec, half: PartyAlgorithm, send: Send, *, skip_aborted: bool = True) -> None:
+        self.spec, self.half, self.send, self.skip_aborted = spec, half, send, skip_aborted
+        self.aborted_rounds = 0
+        self.params = secure_params(spec.params)
+        self._configs: dict[int, sa.SecAggConfig] = {}
+        self.rounds = 0
+        self.dropped_rounds = 0          # rounds in which at least one party did not contribute
+        self.dropouts = 0                # party-rounds missing
+        self.survivors_seen_min = self.params.parties
+        self.last_request: sa.UnmaskRequest | None = None
+        self.bits: set[int] = set()
+
+    def _config(self, bits: int) -> sa.SecAggConfig:
+        if bits not in self._configs:
+            self._configs[bits] = sw.secagg_config(self.spec, bits)
+        return self._configs[bits]
+
+    def _answers(self, tasks: Mapping[str, Task], parse: Callable[[str, Answer], Any]) -> dict[str, Any]:
+        """Send, then parse every answer; an unparsable answer counts as a dropout."""
+        out = {}
+        for name, arrays in self.send(tasks).items():
+            if name not in tasks:
+                continue
+            try:
+                out[name] = parse(name, arrays)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("job %s: malformed %s answer from %s dropped: %s", self.spec.job_id,
+                            next(iter(tasks.values())).kind, name, exc)
+        return out
+
+    def __call__(self, task: Task) -> list[Aggregate]:
+        try:
+            return self._round(task)
+        except RoundAborted as exc:
+            self.aborted_rounds += 1
+            log.warning("job %s: %s", self.spec.job_id, exc)
+            if not self.skip_aborted:
+                raise
+            return [Aggregate({}, ())]
+
+    def _round(self, task: Task) -> list[Aggregate]:
+        plan = self.half.secure_plan(self.spec, task)
+        if plan is None:
+            raise ValueError(f"task kind {task.kind!r} has no secure release")
+        job, r, roster = self.spec.job_id, int(task.round), self.params.roster
+        bits = plan.noise.bits
+        self.bits.add(bits)
+        server = sa.SecAggServer(self._config(bits))  # one per round: nothing of an old round is kept
+        meta = {"kind": task.kind}
+
+        def one(name: str, items: list) -> Any:
+            if len(items) != 1 or items[0].name != name:
+                raise ValueError("an answer speaks for another party")
+            return items[0]
+
+        adverts = self._answers({n: Task(job, r, sw.ADVERTISE, meta) for n in roster},
+                                lambda n, a: one(n, sw.adverts_from_arrays(a, job, r, roster)))
+        routed = server.route_adverts(r, adverts.values())
+        envs = self._answers({n: Task(job, r, sw.SHARE, meta, sw.adverts_to_arrays(routed[n], roster)) for n in routed},
+                             lambda n, a: _from(n, sw.envelopes_from_arrays(a, job, r, roster)))
+        boxes = server.route_envelopes(r, [e for es in envs.values() for e in es])
+        inner = {sw.INNER + k: np.asarray(v) for k, v in task.arrays.items()}
+        masked_meta = {"kind": task.kind, "params": dict(task.params)}
+        d = plan.noise.padded_dimension
+        masked = self._answers(
+            {n: Task(job, r, sw.MASKED, masked_meta,
+                     {**inner, **{"env/" + k: v for k, v in sw.envelopes_to_arrays(boxes[n], roster).items()}})
+             for n in boxes},
+            lambda n, a: sa.MaskedInput(job, r, n, sw.unpack_masked(a, bits, d)))
+        try:
+            req = server.collect_masked(r, masked.values())
+        except sa.ReconstructionError as exc:
+            raise RoundAborted(f"round {r} aborted, nothing unmasked: {len(masked)} masked inputs, at least "
+                               f"{self.params.min_survivors} survivors required ({exc})") from None
+        self.last_request = req
+        unmask_meta = {"kind": task.kind, "survivors": list(req.survivors), "dropped": list(req.dropped)}
+        resps = self._answers({n: Task(job, r, sw.UNMASK, unmask_meta) for n in req.survivors},
+                              lambda n, a: sw.unmask_from_arrays(a, job, r, n, roster))
+        try:
+            total = server.unmask(r, resps.values())
+        except sa.ReconstructionError as exc:
+            raise RoundAborted(f"round {r} aborted: {len(resps)} of {len(req.survivors)} survivors answered the "
+                               f"unmask request, too few to reconstruct ({exc})") from None
+        arrays = plan.split(dn.decode(total, plan.noise, seed=plan.seed))
+        self.rounds += 1
+        missing = len(roster) - len(req.survivors)
+        self.dropouts += missing
+        self.dropped_rounds += missing > 0
+        self.survivors_seen_min = min(self.survivors_seen_min, len(req.survivors))
+        return [Aggregate(arrays, tuple(req.survivors))]
+
+    def summary(self) -> dict[str, Any]:
+        """Facts for the job's report (JSON keys of ``dpfed simulate``)."""
+        return {"secure_aggregation": True, "bits": self.params.bits,
+                "bits_per_round": sorted(self.bits), "survivors_min": self.params.min_survivors,
+                "colluders": self.params.colluders, "dropped_rounds": self.dropped_rounds,
+                "dropouts": self.dropouts, "aborted_rounds": self.aborted_rounds, "survivors_observed_min": self.survivors_seen_min}
+
+
+def _from(name: str, envs: list[sa.Envelope]) -> list[sa.Envelope]:
+    if any(e.sender != name for e in envs):
+        raise ValueError("an answer holds envelopes of another sender")
+    return envs

@@ -1,0 +1,196 @@
+"""A party's side of a secure-aggregation job: encode with distributed noise, mask, unmask.
+
+Used by :class:`~dpfed.federation.session.PartySession` for jobs whose params say
+``noise = "distributed"`` and ``secure_aggregation = true`` (every runner: party daemon, in-process,
+Ray). Each round r is four tasks (:mod:`dpfed.federation.secure_wire`), each answered once per
+(round, step) (a repeat of the same task gets the stored answer; anything older is refused):
+
+1. ``secagg/advertise``: fresh signed X25519 keys for round r (:class:`~dpfed.federation.secagg.SecAggClient`);
+2. ``secagg/share``: check the neighbours' signed keys against the CA, Shamir-share the round's secrets;
+3. ``secagg/masked``: check the algorithm's task against the charged plan, encode its per-record rows
+   (clip, rotate, scale, conditional rounding, one exact discrete Gaussian share planned for P_min
+   survivors and c colluders, mod 2^B: :mod:`dpfed.core.distributed_noise`), mask, record it
+   durably in the ledger (one masked input per round, ever: a restarted party never releases a
+   second one for the same round), send;
+4. ``secagg/unmask``: shares of self-mask seeds of survivors or mask keys of dropped parties, never
+   both for one party, never for fewer than P_min survivors.
+
+Keys are fresh per round (the SecAgg module explains why). The whole job was charged when it was
+accepted; nothing here spends outside that plan.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from dpfed.algorithms.contract import Answer, JobSpec, PartyAlgorithm, Task, TaskRejected
+from dpfed.algorithms.secure_noise import is_secure, secure_params
+from dpfed.core import distributed_noise as dn
+from dpfed.core.rng import SecureRNG
+from dpfed.federation import secagg as sa
+from dpfed.federation import secure_wire as sw
+
+__all__ = ["SecAggParty", "SecureParty", "secure_refusal"]
+
+log = logging.getLogger("dpfed.party")
+
+
+@dataclass(frozen=True)
+class SecAggParty:
+    """A party's secure-aggregation setup: its certificate and key (they sign its SecAgg keys), the
+    deployment CA (checks everyone else's), the fewest survivors it accepts, and (SIMULATIONS ONLY)
+    the probability ``dropout`` of missing each secure round."""
+
+    cert_pem: bytes
+    key_pem: bytes
+    ca_pem: bytes
+    min_survivors: int = 2
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.min_survivors < 2:
+            raise ValueError("min_survivors must be >= 2")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError("dropout must lie in [0, 1)")
+
+
+def secure_refusal(name: str, setup: SecAggParty | None, simulation: bool, half: PartyAlgorithm,
+                   spec: JobSpec) -> str | None:
+    """Why a party refuses ``spec`` for secure-aggregation reasons, or None."""
+    if not half.needs_secure_aggregation(spec):
+        return None
+    if not is_secure(spec.params):
+        if simulation:
+            return None
+        return ("this job is private against the coordinator only under secure aggregation (distributed "
+                "noise) but does not ask for it (secure_aggregation = false); the party accepts that only in "
+                "simulations")
+    if setup is None:
+        return "this party does not take part in secure aggregation (secure_aggregation = false, or no certificate)"
+    try:
+        sp = secure_params(spec.params)
+    except ValueError as exc:
+        return f"bad secure-aggregation parameters: {exc}"
+    if name not in sp.roster:
+        return f"this party ({name!r}) is not in the job's roster"
+    if sp.min_survivors < setup.min_survivors:
+        return (f"the job's min_survivors {sp.min_survivors} is below this party's minimum "
+                f"{setup.min_survivors}")
+    return None
+
+
+@dataclass
+class SecureParty:
+    """One accepted secure job at one party (created by ``decide``)."""
+
+    name: str
+    spec: JobSpec
+    half: PartyAlgorithm
+    setup: SecAggParty
+    rng: SecureRNG
+    durable: Callable[[int, str, Answer], Answer]  # records round r's masked input before it leaves
+    dropout_rng: SecureRNG | None = None
+    _clients: dict[int, sa.SecAggClient] = field(default_factory=dict)
+    _record: tuple[tuple[int, int], str, Answer] | None = None   # ((round, step), task digest, answer)
+    _drops: dict[int, int] = field(default_factory=dict)         # round -> first step it misses (4: none)
+
+    def _client(self, bits: int) -> sa.SecAggClient:
+        c = self._clients.get(bits)
+        if c is None:
+            c = sa.SecAggClient(sw.secagg_config(self.spec, bits), self.name, self.setup.cert_pem,
+                                self.setup.key_pem, self.setup.ca_pem)
+            self._clients[bits] = c
+        return c
+
+    def _drop_step(self, r: int) -> int:
+        """SIMULATIONS ONLY: from which step this party misses round r (4: it does not)."""
+        if self.setup.dropout <= 0.0:
+            return 4
+        if r not in self._drops:
+            rng = self.dropout_rng or SecureRNG()
+            u = rng.uniform(2)
+            self._drops = {r: 1 + int(u[1] * 3) if u[0] < self.setup.dropout else 4}
+        return self._drops[r]
+
+    def answer(self, task: Task, digest: str, X: np.ndarray, y: np.ndarray | None) -> Answer:
+        """The answer to one SecAgg step, or :class:`TaskRejected` with a public reason."""
+        try:
+            step = sw.step_of(task.kind)
+        except ValueError as exc:
+            raise TaskRejected(str(exc)) from None
+        key = (int(task.round), step)
+        if self._record is not None:
+            seen, seen_digest, stored = self._record
+            if key == seen:
+                if digest != seen_digest:
+                    raise TaskRejected(f"round {task.round} step {task.kind} was already answered for a different task")
+                return stored
+            if key < seen:
+                raise TaskRejected(f"round {task.round} step {task.kind} comes after round {seen[0]} "
+                                   f"step {sw.SECURE_KINDS[seen[1]]} (out of order)")
+        if step >= self._drop_step(task.round):
+            raise TaskRejected(f"simulated dropout: {self.name} misses round {task.round} from {task.kind}")
+        try:
+            out = self._step(task, step, X, y)
+            if step == 2:  # the release: durable (one masked input per round, ever) before it leaves
+                out = self.durable(int(task.round), digest, out)
+        except (TaskRejected, sa.SecAggError) as exc:
+            raise TaskRejected(f"{type(exc).__name__}: {exc}") from None
+        except (ValueError, KeyError, TypeError) as exc:  # malformed task arrays or params
+            if step == 2:  # the algorithm's rows may be in the trace: only the type leaves the party
+                log.exception("job %s round %d: secure answer failed", self.spec.job_id, task.round)
+                raise TaskRejected(f"the party failed to compute its masked input ({type(exc).__name__}; "
+                                   "see the party's log)") from None
+            raise TaskRejected(f"malformed {task.kind} task: {exc}") from None
+        self._record = (key, digest, out)
+        return out
+
+    def _plan(self, task: Task) -> Any:
+        inner = Task(task.job_id, task.round, str(task.params.get("kind", "")))
+        plan = self.half.secure_plan(self.spec, inner)
+        if plan is None:
+            raise TaskRejected(f"round {task.round}: {inner.kind!r} is not a secure task of this job")
+        return plan
+
+    def _step(self, task: Task, step: int, X: np.ndarray, y: np.ndarray | None) -> Answer:
+        r, roster = int(task.round), secure_params(self.spec.params).roster
+        plan = self._plan(task)
+        client = self._client(plan.noise.bits)
+        if step == 0:
+            for old in [b for b in self._clients.values()]:
+                for q in range(r):  # erase earlier rounds' secrets
+                    old.forget(q)
+            return sw.adverts_to_arrays([client.advertise_keys(r)], roster)
+        if step == 1:
+            adverts = sw.adverts_from_arrays(task.arrays, self.spec.job_id, r, roster)
+            return sw.envelopes_to_arrays(client.share_keys(r, adverts), roster)
+        if step == 2:
+            envs = sw.envelopes_from_arrays(task.arrays, self.spec.job_id, r, roster, prefix="env/")
+            inner = sw.inner_task(task)
+            plan = self.half.secure_plan(self.spec, inner)
+            if plan is None or plan.noise.bits != client.config.bits:
+                raise TaskRejected(f"round {r}: the masked task does not match the advertised one")
+            x = encode_rows(self.half.secure_rows(self.spec, inner, X, y, self.rng), plan, self.rng)
+            return sw.pack_masked(client.masked_input(r, x, envs).y, plan.noise.bits)
+        surv, drop = task.params.get("survivors"), task.params.get("dropped")
+        if not (isinstance(surv, list) and isinstance(drop, list)):
+            raise TaskRejected("an unmask task lists survivors and dropped parties")
+        return sw.unmask_to_arrays(client.unmask(r, [str(s) for s in surv], [str(d) for d in drop]), roster)
+
+
+def encode_rows(chunks: Any, plan: Any, rng: SecureRNG) -> np.ndarray:
+    """Distributed-noise encoding of a stream of per-record row chunks (KLS21 Alg. 1): each row
+    clipped, rotated, scaled and conditionally rounded on its own, the integer rows summed, one
+    discrete Gaussian share added, mod 2^B (uint64 words)."""
+    total = np.zeros(plan.noise.padded_dimension, dtype=np.int64)
+    for rows in chunks:
+        rows = np.asarray(rows, dtype=np.float64)
+        if rows.ndim != 2 or rows.shape[1] != plan.noise.dimension:
+            raise ValueError(f"secure rows must have {plan.noise.dimension} columns")
+        if len(rows):
+            total += dn.quantize(rows, plan.noise, seed=plan.seed, rng=rng)
+    return dn.add_noise_mod(total, plan.noise.sigma_share, plan.noise.bits, rng)
+

@@ -1,0 +1,158 @@
+"""SecAgg messages as task arrays: the four steps of a secure round over the existing wire format.
+
+A secure round r is four tasks of round r (kinds :data:`~dpfed.algorithms.secure_noise.SECURE_KINDS`);
+their params are JSON, their arrays bytes as uint8 (variable-length blobs concatenated with an
+int64 length array), party names as int64 indices into the job's roster, and the masked vector
+packed in the smallest unsigned type that holds B bits (uint16 at B = 16: a quarter of float64).
+No proto change. Both the party session and the coordinator's :class:`SecureGather` use these.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from dpfed.algorithms.contract import Answer, JobSpec, Task
+from dpfed.algorithms.secure_noise import SECURE_KINDS, secure_params
+from dpfed.federation import secagg as sa
+
+__all__ = ["secagg_config", "pack_blobs", "unpack_blobs", "adverts_to_arrays", "adverts_from_arrays",
+           "envelopes_to_arrays", "envelopes_from_arrays", "pack_masked", "unpack_masked", "unmask_to_arrays",
+           "unmask_from_arrays", "inner_task", "step_of", "INNER", "ADVERTISE", "SHARE", "MASKED", "UNMASK"]
+
+ADVERTISE, SHARE, MASKED, UNMASK = SECURE_KINDS
+INNER = "task/"  # prefix of the algorithm task's arrays inside a masked-input task
+
+
+def step_of(kind: str) -> int:
+    """0..3 for the SecAgg steps (a ValueError for any other kind)."""
+    try:
+        return SECURE_KINDS.index(kind)
+    except ValueError:
+        raise ValueError(f"a secure job's tasks are {', '.join(SECURE_KINDS)}; got {kind!r}") from None
+
+
+def secagg_config(spec: JobSpec, bits: int) -> sa.SecAggConfig:
+    """The job's SecAgg parameters at ``bits`` bits: roster, P_min, threshold above the colluders
+    (design dropout 1 - P_min / P), graph seed from the job id (public, fixed by the job)."""
+    sp = secure_params(spec.params)
+    n = sp.parties
+    return sa.SecAggConfig(spec.job_id, sp.roster, bits=int(bits), min_survivors=sp.min_survivors,
+                           corrupt_fraction=sp.colluders / n, dropout_fraction=1.0 - sp.min_survivors / n,
+                           graph_seed=hashlib.sha256(f"dpfed-secagg-graph\x00{spec.job_id}".encode()).digest())
+
+
+# ------------------------------------------------------------------------------------ blobs
+
+def pack_blobs(blobs: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    data = np.frombuffer(b"".join(blobs), dtype=np.uint8).copy()
+    return data, np.array([len(b) for b in blobs], dtype=np.int64)
+
+
+def unpack_blobs(data: np.ndarray, lengths: np.ndarray) -> list[bytes]:
+    data, lengths = np.asarray(data), np.asarray(lengths)
+    if data.dtype != np.uint8 or data.ndim != 1 or lengths.ndim != 1 or lengths.dtype.kind not in "iu":
+        raise ValueError("blobs are a 1-d uint8 array and 1-d integer lengths")
+    if (lengths < 0).any() or int(lengths.sum()) != data.size:
+        raise ValueError("blob lengths do not add up")
+    raw, out, at = data.tobytes(), [], 0
+    for k in lengths.tolist():
+        out.append(raw[at:at + k])
+        at += k
+    return out
+
+
+def _names(idx: np.ndarray, roster: Sequence[str]) -> list[str]:
+    idx = np.asarray(idx)
+    if idx.ndim != 1 or idx.dtype.kind not in "iu" or (idx.size and (idx.min() < 0 or idx.max() >= len(roster))):
+        raise ValueError("party indices outside the roster")
+    return [roster[i] for i in idx.tolist()]
+
+
+def _index(names: Sequence[str], roster: Sequence[str]) -> np.ndarray:
+    pos = {n: i for i, n in enumerate(roster)}
+    return np.array([pos[n] for n in names], dtype=np.int64)
+
+
+# ------------------------------------------------------------------------------------ messages
+
+def adverts_to_arrays(adverts: Sequence[sa.KeyAdvert], roster: Sequence[str]) -> Answer:
+    """Adverts (one party's answer to step 1, or the neighbours' adverts of step 2)."""
+    out: Answer = {"who": _index([a.name for a in adverts], roster)}
+    for key, get in (("c_pk", lambda a: a.c_pk), ("s_pk", lambda a: a.s_pk), ("cert", lambda a: a.cert_pem),
+                     ("sig", lambda a: a.signature)):
+        out[key], out[key + "_len"] = pack_blobs([get(a) for a in adverts])
+    return out
+
+
+def adverts_from_arrays(arrays: Mapping[str, np.ndarray], job_id: str, round_: int,
+                        roster: Sequence[str]) -> list[sa.KeyAdvert]:
+    who = _names(arrays["who"], roster)
+    cols = [unpack_blobs(arrays[k], arrays[k + "_len"]) for k in ("c_pk", "s_pk", "cert", "sig")]
+    if any(len(c) != len(who) for c in cols):
+        raise ValueError("advert arrays disagree in length")
+    return [sa.KeyAdvert(job_id, round_, n, c, s, cert, sig) for n, c, s, cert, sig in zip(who, *cols)]
+
+
+def envelopes_to_arrays(envs: Sequence[sa.Envelope], roster: Sequence[str]) -> Answer:
+    out: Answer = {"from": _index([e.sender for e in envs], roster), "to": _index([e.receiver for e in envs], roster)}
+    out["nonce"], out["nonce_len"] = pack_blobs([e.nonce for e in envs])
+    out["ct"], out["ct_len"] = pack_blobs([e.ciphertext for e in envs])
+    return out
+
+
+def envelopes_from_arrays(arrays: Mapping[str, np.ndarray], job_id: str, round_: int,
+                          roster: Sequence[str], prefix: str = "") -> list[sa.Envelope]:
+    a = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+    snd, rcv = _names(a["from"], roster), _names(a["to"], roster)
+    nonces, cts = unpack_blobs(a["nonce"], a["nonce_len"]), unpack_blobs(a["ct"], a["ct_len"])
+    if not len(snd) == len(rcv) == len(nonces) == len(cts):
+        raise ValueError("envelope arrays disagree in length")
+    return [sa.Envelope(job_id, round_, s, r, n, c) for s, r, n, c in zip(snd, rcv, nonces, cts)]
+
+
+def _word(bits: int) -> np.dtype:
+    for dt in (np.uint8, np.uint16, np.uint32, np.uint64):
+        if bits <= 8 * np.dtype(dt).itemsize:
+            return np.dtype(dt)
+    raise ValueError("bits > 64")
+
+
+def pack_masked(y: np.ndarray, bits: int) -> Answer:
+    """The masked vector in the smallest unsigned words holding B bits."""
+    return {"y": np.asarray(y, dtype=np.uint64).astype(_word(bits))}
+
+
+def unpack_masked(arrays: Mapping[str, np.ndarray], bits: int, size: int) -> np.ndarray:
+    y = np.asarray(arrays["y"])
+    if y.dtype != _word(bits) or y.shape != (size,):
+        raise ValueError(f"a masked input is {size} words of {_word(bits)}")
+    return y.astype(np.uint64)
+
+
+def unmask_to_arrays(resp: sa.UnmaskResponse, roster: Sequence[str]) -> Answer:
+    bw, sw = sorted(resp.self_mask_shares), sorted(resp.mask_key_shares)
+    out: Answer = {"b_who": _index(bw, roster), "s_who": _index(sw, roster)}
+    out["b"], out["b_len"] = pack_blobs([resp.self_mask_shares[v] for v in bw])
+    out["s"], out["s_len"] = pack_blobs([resp.mask_key_shares[v] for v in sw])
+    return out
+
+
+def unmask_from_arrays(arrays: Mapping[str, np.ndarray], job_id: str, round_: int, name: str,
+                       roster: Sequence[str]) -> sa.UnmaskResponse:
+    bw, sw = _names(arrays["b_who"], roster), _names(arrays["s_who"], roster)
+    b, s = unpack_blobs(arrays["b"], arrays["b_len"]), unpack_blobs(arrays["s"], arrays["s_len"])
+    if len(b) != len(bw) or len(s) != len(sw):
+        raise ValueError("unmask arrays disagree in length")
+    return sa.UnmaskResponse(job_id, round_, name, dict(zip(bw, b)), dict(zip(sw, s)))
+
+
+def inner_task(task: Task) -> Task:
+    """The algorithm's task carried by a masked-input task (kind and params in ``task.params``)."""
+    kind, params = task.params.get("kind"), task.params.get("params", {})
+    if not isinstance(kind, str) or not isinstance(params, dict):
+        raise ValueError("a masked-input task names the algorithm task's kind and params")
+    return Task(task.job_id, task.round, kind, params,
+                {k[len(INNER):]: v for k, v in task.arrays.items() if k.startswith(INNER)})
+

@@ -1,0 +1,231 @@
+"""Secure aggregation with distributed discrete noise inside the real party sessions and driver loop
+(in process): exact sums under 30% dropouts, the charged epsilon is the one for P_min survivors, a
+round below P_min aborts before anything is unmasked, the coordinator's view of one masked vector is
+uniform, and the noise of the decoded sums measured from the actual answers matches the plan.
+
+Statistical tests state their false-alarm rate ALPHA per test run.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import chi2
+
+from dpfed.algorithms import get_algorithm
+from dpfed.algorithms.contract import JobSpec
+from dpfed.algorithms.driver import drive
+from dpfed.core import distributed_noise as dn
+from dpfed.data.datasets import kfold_indices, split_parties
+from dpfed.federation import secure_wire as sw
+from dpfed.federation.secure_gather import RoundAborted, SecureGather
+from dpfed.federation.session import TaskError
+from dpfed.simulation.inprocess import make_parties, open_sessions, secure_spec
+
+ALPHA = 1e-6
+P, PMIN = 10, 3
+
+
+def _spec(ds, job_id: str, **extra) -> JobSpec:
+    params = {"epsilon": 1.5, "delta": 1e-5, "epochs": 1, "sampling_rate": 0.05, "noise": "distributed",
+              "secure_aggregation": True, "min_survivors": PMIN, "bits": 16, **extra}
+    return JobSpec(job_id, "glvq", params, ds.schema)
+
+
+class _Recorder:
+    """A secure in-process run that records, per round, every party's encoded input x (what it gives
+    SecAgg before masking), its masked answer, the survivors and the decoded aggregate."""
+
+    def __init__(self, ds, job_id: str, dropout: float, seed: int = 3) -> None:
+        tr, _ = next(iter(kfold_indices(len(ds.X), 5, seed=0)))
+        data = split_parties(ds.X[tr], ds.y[tr], P, "iid", np.random.default_rng(0))
+        names = [f"p{i}" for i in range(P)]
+        self.spec = secure_spec(_spec(ds, job_id), names, sum(len(x) for x, _ in data))
+        self.parties = make_parties(self.spec, data, seed=seed, party_names=names, dropout=dropout)
+        self.sessions = {s.party.name: s for s in open_sessions(self.spec, self.parties)}
+        self.algo = get_algorithm("glvq")
+        self.encoded: dict[tuple[int, str], np.ndarray] = {}
+        self.quantized: dict[tuple[int, str], np.ndarray] = {}
+        self.masked: dict[tuple[int, str], np.ndarray] = {}
+        self.kinds: list[tuple[int, str, tuple[str, ...]]] = []
+        self.rounds: list[tuple[object, tuple[str, ...], dict]] = []
+        self._who: tuple[int, str] | None = None
+
+    def send(self, tasks):
+        t0 = next(iter(tasks.values()))
+        self.kinds.append((t0.round, t0.kind, tuple(sorted(tasks))))
+        out = {}
+        for name, task in tasks.items():
+            self._who = (task.round, name)
+            try:
+                out[name] = self.sessions[name].answer(task)
+            except TaskError:
+                continue
+            if task.kind == sw.MASKED:
+                self.masked[(task.round, name)] = out[name]["y"]
+        return out
+
+    def run(self, monkeypatch, *, send=None, skip_aborted=True):
+        real_noise = dn.add_noise_mod
+
+        def add_noise_mod(values, sigma, bits, rng):  # records x = quantized + share mod 2^B
+            out = real_noise(values, sigma, bits, rng)
+            self.quantized[self._who] = np.asarray(values).copy()
+            self.encoded[self._who] = out.copy()
+            return out
+
+        monkeypatch.setattr(dn, "add_noise_mod", add_noise_mod)
+        coord = self.algo.coordinator(self.spec, list(self.sessions))
+        self.gather = SecureGather(self.spec, self.algo.party(), send or self.send, skip_aborted=skip_aborted)
+
+        def gather(task):
+            out = self.gather(task)
+            self.rounds.append((task, out[0].parties, out[0].arrays))
+            return out
+
+        drive(coord, gather, self.algo.combine)
+        return coord
+
+
+@pytest.fixture(scope="module")
+def dropped_run(segmentation):
+    mp = pytest.MonkeyPatch()
+    rec = _Recorder(segmentation, "secure-drop30", dropout=0.3)
+    try:
+        rec.run(mp)
+    finally:
+        mp.undo()
+    return rec
+
+
+def test_sums_exact_with_30_percent_dropout(dropped_run):
+    """Every round's decoded aggregate equals the decoding of the sum (mod 2^B) of exactly the
+    survivors' encoded inputs, computed here with Python integers from what the parties encoded."""
+    rec, half = dropped_run, dropped_run.algo.party()
+    assert rec.gather.dropped_rounds >= 5 and rec.gather.aborted_rounds == 0
+    for task, survivors, arrays in rec.rounds:
+        assert len(survivors) >= PMIN
+        plan = half.secure_plan(rec.spec, task)
+        B = plan.noise.bits
+        total = np.array([sum(int(rec.encoded[(task.round, n)][i]) for n in survivors) % (1 << B)
+                          for i in range(plan.noise.padded_dimension)], dtype=np.uint64)
+        want = plan.split(dn.decode(total, plan.noise, seed=plan.seed))
+        for k in want:
+            np.testing.assert_array_equal(arrays[k], want[k])
+
+
+def test_epsilon_is_the_one_for_min_survivors(dropped_run):
+    """The ledger charge equals the RDP epsilon of the two releases, with P_min - c honest shares,
+    recomputed here from the plan's public numbers by the noise module's own RDP curves."""
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    from dpfed.algorithms.lvq import secure_lvq_plan
+
+    rec = dropped_run
+    plan = secure_lvq_plan(rec.spec)
+    assert plan.init.honest_parties == PMIN and plan.step.honest_parties == PMIN
+    orders = dn.RDP_ORDERS
+    rdp = 0.0
+    for p in (plan.init, plan.step):
+        d = p.padded_dimension
+        l2 = dn.rounded_l2_bound(p.clip / p.gamma, p.beta, d)
+        ev = dn.DistributedDiscreteGaussianDpEvent(p.sigma_share, PMIN, l2, dn.rounded_l1_bound(l2, d), d)
+        rdp = rdp + p.steps * dn.event_rdp(ev, orders, p.sampling_rate)
+    want = float(rdp_privacy_accountant.compute_epsilon(orders, rdp, rec.spec.delta)[0])
+    for party in rec.parties:
+        assert party.ledger.spent(rec.spec.job_id) == pytest.approx(want, rel=2e-3)
+        assert party.ledger.spent(rec.spec.job_id) <= rec.spec.epsilon * (1 + 1e-9)
+
+
+def test_round_below_min_survivors_aborts_and_unmasks_nothing(segmentation, monkeypatch):
+    """Only P_min - 1 masked inputs reach the coordinator: the round aborts, no unmask request is ever
+    sent, and no party revealed a single share."""
+    rec = _Recorder(segmentation, "secure-abort", dropout=0.0)
+    cut = set(list(rec.sessions)[PMIN - 1:])
+
+    def send(tasks):
+        t0 = next(iter(tasks.values()))
+        if t0.kind == sw.MASKED:
+            tasks = {n: t for n, t in tasks.items() if n not in cut}
+        return rec.send(tasks)
+
+    with pytest.raises(RoundAborted, match="nothing unmasked"):
+        rec.run(monkeypatch, send=send, skip_aborted=False)
+    assert [k for _, k, _ in rec.kinds] == [sw.ADVERTISE, sw.SHARE, sw.MASKED]
+    assert len(rec.masked) == PMIN - 1
+
+
+def test_an_aborted_round_is_skipped_and_the_job_goes_on(segmentation, monkeypatch):
+    rec = _Recorder(segmentation, "secure-skip", dropout=0.0)
+    cut = set(list(rec.sessions)[PMIN - 1:])
+
+    def send(tasks):
+        t0 = next(iter(tasks.values()))
+        if t0.kind == sw.MASKED and t0.round == 3:
+            tasks = {n: t for n, t in tasks.items() if n not in cut}
+        return rec.send(tasks)
+
+    rec.run(monkeypatch, send=send)
+    assert rec.gather.aborted_rounds == 1
+    assert not any(r == 3 and k == sw.UNMASK for r, k, _ in rec.kinds)
+    assert [len(s) for t, s, _ in rec.rounds if t.round == 3] == [0]
+
+
+def _chi2_top_nibble(words: np.ndarray, bits: int) -> float:
+    """p-value of the chi-square test that the top 4 of ``bits`` bits are uniform (16 cells)."""
+    top = (np.asarray(words, dtype=np.uint64) >> np.uint64(bits - 4)).astype(np.int64)
+    counts = np.bincount(top, minlength=16)
+    exp = top.size / 16
+    return float(chi2.sf(((counts - exp) ** 2 / exp).sum(), 15))
+
+
+def test_coordinators_view_of_one_masked_vector_is_uniform(dropped_run):
+    """Pooled over the rounds, one party's masked answers pass a chi-square test of uniform top bits
+    (ALPHA); the same test rejects that party's encoded (unmasked) inputs, which sit near 0 mod 2^B."""
+    rec = dropped_run
+    name = "p0"
+    rounds = sorted(r for r, n in rec.masked if n == name)
+    assert rounds
+    ys = np.concatenate([rec.masked[(r, name)].astype(np.uint64) for r in rounds])
+    xs = np.concatenate([rec.encoded[(r, name)] for r in rounds])
+    assert _chi2_top_nibble(ys, 16) > ALPHA
+    assert _chi2_top_nibble(xs, 16) < ALPHA
+
+
+def test_noise_of_decoded_sums_matches_the_plan(dropped_run):
+    """Decoded aggregate minus the survivors' noiseless quantized sum (unrotated, times gamma) is the
+    real noise of the sum; pooled over coordinates and rounds, its variance must match S gamma^2
+    sigma_share^2 (S survivors >= P_min) by a two-sided chi-square test at ALPHA."""
+    rec, half = dropped_run, dropped_run.algo.party()
+    z2, n = 0.0, 0
+    for task, survivors, arrays in rec.rounds:
+        if task.kind != "step":
+            continue
+        plan = half.secure_plan(rec.spec, task)
+        flat = np.concatenate([np.asarray(arrays[k]).ravel() for k, _ in plan.layout])
+        q = sum(rec.quantized[(task.round, s)] for s in survivors)
+        clean = dn.unrotate(np.asarray(q, dtype=np.float64) * plan.noise.gamma, plan.seed, plan.noise.dimension)
+        var = len(survivors) * (plan.noise.gamma * plan.noise.sigma_share) ** 2
+        z2 += float(((flat - clean) ** 2).sum() / var)
+        n += flat.size
+    assert n > 1000
+    lo, hi = chi2.ppf(ALPHA / 2, n), chi2.isf(ALPHA / 2, n)
+    assert lo < z2 < hi, (z2 / n)
+    assert math.isfinite(z2)
+
+
+def test_secure_job_refused_by_party_below_its_min_survivors(segmentation):
+    from dataclasses import replace
+
+    from dpfed.federation.session import decide
+
+    rec = _Recorder(segmentation, "secure-refuse", dropout=0.0)
+    party = rec.parties[0]
+    strict = replace(party, secagg=replace(party.secagg, min_survivors=PMIN + 1))
+    spec = JobSpec("secure-refuse-2", "glvq", dict(rec.spec.params), rec.spec.schema)
+    d = decide(strict, spec)
+    assert not d.accept and "min_survivors" in d.reason
+    d = decide(replace(party, secagg=None), spec)
+    assert not d.accept and "does not take part in secure aggregation" in d.reason
+
