@@ -18,6 +18,7 @@ from dpfed.core.errors import DpfedError
 
 import functools
 import json
+from fractions import Fraction
 import math
 from collections import Counter
 from typing import Any, Callable, Literal, Sequence
@@ -37,7 +38,8 @@ __all__ = [
     "Neighbouring", "Accountant", "PLD_VALUE_DISCRETIZATION", "AccountingError",
     "make_accountant", "epsilon", "delta", "compose", "flatten", "parallel_epsilon",
     "sequential_basic", "advanced_composition", "dp_sgd_event", "dp_sgd_epsilon",
-    "calibrate_noise_multiplier", "event_to_json", "event_from_json", "DpEvent",
+    "calibrate", "calibrate_noise_multiplier", "gaussian_noise_multiplier", "gaussian_delta",
+    "within", "dominated", "event_to_json", "event_from_json", "DpEvent",
     "EpsilonDeltaDpEvent", "DiscreteGaussianDpEvent", "DistributedDiscreteGaussianDpEvent",
 ]
 
@@ -242,6 +244,74 @@ def advanced_composition(epsilon: float, delta: float, k: int,
     return eps_prime, min(k * delta + delta_slack, 1.0)
 
 
+# --------------------------------------------------------------------------- within a plan
+
+def _pure_epsilon(ev: DpEvent) -> Fraction | None:
+    """The exact pure-DP epsilon of a pure mechanism's event (None: not pure or unknown)."""
+    if isinstance(ev, dp_accounting.LaplaceDpEvent) and ev.noise_multiplier > 0:
+        return 1 / Fraction(ev.noise_multiplier)
+    if isinstance(ev, dp_accounting.DiscreteLaplaceDpEvent):
+        return Fraction(ev.noise_parameter) * int(ev.sensitivity)
+    if isinstance(ev, EpsilonDeltaDpEvent) and ev.delta == 0:
+        return Fraction(ev.epsilon)
+    return None
+
+
+def dominated(got: DpEvent, planned: DpEvent) -> bool:
+    """True when ``got`` is at least as private as ``planned`` (its privacy curve lies below), by
+    exact comparison of parameters: more noise or a smaller shift of the same mechanism; any
+    pure eps-DP event below ``DiscreteLaplaceDpEvent(e, 1)`` (the binary randomized-response pair,
+    which dominates every e-DP mechanism, Kairouz, Oh & Viswanath 2015) or below
+    ``EpsilonDeltaDpEvent(e, d)`` when eps <= e; the same Poisson rate around a dominated event."""
+    if event_to_json(got) == event_to_json(planned):
+        return True
+    G, P = type(got), type(planned)
+    if P is EpsilonDeltaDpEvent or (P is dp_accounting.DiscreteLaplaceDpEvent and planned.sensitivity == 1):
+        eps = _pure_epsilon(got)
+        if eps is not None and eps <= _pure_epsilon(planned if P is not EpsilonDeltaDpEvent
+                                                    else EpsilonDeltaDpEvent(planned.epsilon, 0.0)):
+            return True
+        if P is EpsilonDeltaDpEvent and G is EpsilonDeltaDpEvent:
+            return got.epsilon <= planned.epsilon and got.delta <= planned.delta
+    if G is not P:
+        return False
+    if G is dp_accounting.GaussianDpEvent or G is dp_accounting.LaplaceDpEvent:
+        return got.noise_multiplier >= planned.noise_multiplier
+    if G is dp_accounting.DiscreteLaplaceDpEvent:
+        return got.noise_parameter <= planned.noise_parameter and got.sensitivity <= planned.sensitivity
+    if G is DiscreteGaussianDpEvent:
+        return got.sigma >= planned.sigma and got.sensitivity <= planned.sensitivity
+    if G is dp_accounting.PoissonSampledDpEvent:
+        return got.sampling_probability == planned.sampling_probability and dominated(got.event, planned.event)
+    return False
+
+
+def within(events: Sequence[DpEvent], planned: DpEvent) -> list[DpEvent]:
+    """The releases among ``events`` that the plan does not cover (empty: all within ``planned``).
+
+    Both sides are flattened into multisets of atomic releases; every reported release must be
+    matched to its own planned release that :func:`dominated` says covers it (exact matches first,
+    then a covering one). Sound: a match found is a valid injection of releases into the plan.
+    """
+    got, plan = flatten(list(events)), flatten([planned])
+    left: list[DpEvent] = []
+    for key, n in sorted(got.items()):
+        take = min(n, plan.get(key, 0))
+        plan[key] -= take
+        n -= take
+        ev = event_from_json(key)
+        while n > 0:
+            covers = [k for k, m in sorted(plan.items()) if m > 0 and dominated(ev, event_from_json(k))]
+            if not covers:
+                left.extend([ev] * n)
+                break
+            k = covers[0]
+            take = min(n, plan[k])
+            plan[k] -= take
+            n -= take
+    return left
+
+
 # --------------------------------------------------------------------------- DP-SGD
 
 def dp_sgd_event(noise_multiplier: float, sampling_rate: float, steps: int) -> DpEvent:
@@ -271,11 +341,9 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_rat
                                pld_discretization: float = PLD_VALUE_DISCRETIZATION) -> float:
     """Smallest noise multiplier sigma with eps(extra_event + DP-SGD(sigma, q, T)) <= target.
 
-    Bracketed root search: find sigma_lo (target missed) < sigma_hi (target met), then
-    Brent's method (Brent 1973, via scipy) on eps(sigma) - target, always keeping a valid
-    bracket, until (sigma_hi - sigma_lo) <= rtol * sigma_hi. Returns sigma_hi, which MEETS
-    the target and is within ``rtol`` (relative) of the smallest such sigma. A coarse PLD
-    grid (pessimistic, so it never under-states epsilon) supplies the first guess.
+    A thin use of :func:`calibrate` on the family ``extra_event + dp_sgd_event(sigma, q, T)``,
+    started from the moments-accountant heuristic sigma ~ q sqrt(T) sigma_Gauss(target). Returns a
+    sigma that MEETS the target and is within ``rtol`` (relative) of the smallest such sigma.
     """
     if not (target_epsilon > 0 and math.isfinite(target_epsilon)):
         raise ValueError(f"target_epsilon must be positive and finite, got {target_epsilon!r}")
@@ -283,11 +351,6 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_rat
     if not 0 < rtol < 0.01:
         raise ValueError(f"rtol must be in (0, 0.01), got {rtol!r}")
     dp_sgd_event(1.0, sampling_rate, steps)  # validates q and T
-
-    def eps_at(sigma: float, grid: float = pld_discretization) -> float:
-        return epsilon(compose([extra_event, dp_sgd_event(sigma, sampling_rate, steps)]), delta,
-                       accountant=accountant, neighbouring=neighbouring, pld_discretization=grid)
-
     if extra_event is not None:
         floor = epsilon(compose([extra_event]), delta, accountant=accountant,
                         neighbouring=neighbouring, pld_discretization=pld_discretization)
@@ -296,21 +359,112 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_rat
                 f"extra_event alone already spends epsilon {floor:.6g} >= target {target_epsilon:.6g}")
     if steps == 0:
         return 0.0
-
-    # First guess: the analytic Gaussian sigma for the target, scaled by q*sqrt(T) (the
-    # moments-accountant heuristic), refined on the coarse grid when accounting by PLD.
     guess = max(sampling_rate * math.sqrt(steps), 1e-3) * (
         dp_accounting.get_sigma_gaussian(target_epsilon, delta) if hasattr(dp_accounting, "get_sigma_gaussian")
         else math.sqrt(2 * math.log(1.25 / delta)) / target_epsilon)
-    guess = min(max(guess, 0.05), 1e4)
-    fine = _Memo(lambda s: eps_at(s) - target_epsilon)
-    if accountant == "pld" and pld_discretization < _COARSE_DISCRETIZATION:
-        coarse = _Memo(lambda s: eps_at(s, _COARSE_DISCRETIZATION) - target_epsilon)
-        x0 = _brent_bracketed(coarse, *_bracket(coarse, guess, 2.0), 1e-3)
-        lo, hi = _secant_bracket(fine, x0, coarse.slope_near(x0), rtol)
+    return calibrate(lambda s: compose([extra_event, dp_sgd_event(s, sampling_rate, steps)]),
+                     target_epsilon, delta, lo=1e-6, hi=1e7, guess=min(max(guess, 0.05), 1e4),
+                     accountant=accountant, rtol=rtol, neighbouring=neighbouring,
+                     pld_discretization=pld_discretization)
+
+
+def gaussian_noise_multiplier(epsilon: float, delta: float, *, accountant: str = "pld",
+                              rtol: float = 1e-5) -> float:
+    """Smallest z (to ``rtol``) with one ``GaussianDpEvent(z)`` (epsilon, delta)-DP: :func:`calibrate`.
+
+    ``accountant="analytic"`` uses the exact Gaussian privacy curve (Balle & Wang 2018, Thm. 8);
+    "pld" the (pessimistic) PLD accountant that the ledger uses, so a charge never exceeds epsilon.
+    """
+    return _gaussian_cached(float(epsilon), float(delta), accountant, float(rtol))
+
+
+@functools.lru_cache(maxsize=256)
+def _gaussian_cached(eps: float, delta_: float, accountant: str, rtol: float) -> float:
+    guess = math.sqrt(2 * math.log(1.25 / delta_)) / eps if 0 < delta_ < 1 and eps > 0 else 1.0
+    return calibrate(dp_accounting.GaussianDpEvent, eps, delta_, lo=1e-9, hi=1e9, guess=guess,
+                     accountant=accountant, rtol=rtol)
+
+
+def gaussian_delta(noise_multiplier: float, epsilon: float) -> float:
+    """delta(epsilon) of the Gaussian mechanism with noise std = z x sensitivity (Balle & Wang 2018,
+    Thm. 8): Phi(1/(2z) - eps z) - e^eps Phi(-1/(2z) - eps z), in log space (no cancellation)."""
+    from scipy import special
+
+    a, b = 0.5 / noise_multiplier, epsilon * noise_multiplier
+    la, lb = float(special.log_ndtr(a - b)), epsilon + float(special.log_ndtr(-a - b))
+    return math.exp(la) * -math.expm1(lb - la) if lb < la else 0.0
+
+
+#: Largest number of privacy evaluations :func:`calibrate` makes (bracketing + Brent + bisection).
+MAX_CALIBRATION_EVALUATIONS = 400
+
+
+def calibrate(make_event: Callable[[float], DpEvent], epsilon: float, delta: float, *,
+              lo: float = 1e-6, hi: float = 1e7, guess: float | None = None, accountant: str = "pld",
+              rtol: float = 1e-4, neighbouring: str = "add_remove",
+              pld_discretization: float = PLD_VALUE_DISCRETIZATION) -> float:
+    """THE noise calibration of dpfed: the smallest x in [lo, hi] whose ``make_event(x)`` meets
+    (epsilon, delta), for a family whose privacy spend does not grow with x (a noise parameter).
+
+    Bracketed root search on g(x) = eps(make_event(x), delta) - epsilon: expand geometrically from
+    ``guess`` until g(a) > 0 >= g(b), then Brent's method (Brent 1973, scipy) keeping a valid
+    bracket, then bisection until (b - a) <= rtol * b. Returns b, which MEETS the target (never
+    overshoots) and is within ``rtol`` of the smallest such x; returns ``lo`` if ``lo`` already
+    meets it. At most :data:`MAX_CALIBRATION_EVALUATIONS` evaluations for any accepted input; raises
+    ValueError when even ``hi`` misses the target. Under PLD a coarse grid (pessimistic, so it never
+    under-states epsilon) supplies the first bracket. ``accountant="analytic"``: ``make_event(x)``
+    must be a ``GaussianDpEvent`` and the exact curve of :func:`gaussian_delta` decides.
+    """
+    if not (epsilon > 0 and math.isfinite(epsilon)):
+        raise ValueError(f"target epsilon must be positive and finite, got {epsilon!r}")
+    _check_probability("delta", delta, allow_zero=accountant != "analytic")
+    if not 1e-15 <= rtol < 0.01:
+        raise ValueError(f"rtol must be in [1e-15, 0.01), got {rtol!r}")
+    if not (0 < lo < hi and math.isfinite(hi)):
+        raise ValueError(f"need 0 < lo < hi < inf, got lo={lo!r}, hi={hi!r}")
+    if accountant not in ("pld", "rdp", "analytic"):
+        raise ValueError(f"accountant must be 'pld', 'rdp' or 'analytic', got {accountant!r}")
+    budget = [MAX_CALIBRATION_EVALUATIONS]
+
+    def spend(x: float, grid: float = pld_discretization) -> float:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise AccountingError("calibration did not converge within its evaluation budget")
+        event = make_event(x)
+        if accountant == "analytic":
+            if not isinstance(event, dp_accounting.GaussianDpEvent):
+                raise ValueError("the analytic calibration takes GaussianDpEvent families only")
+            d = gaussian_delta(float(event.noise_multiplier), epsilon)
+            return math.log(d / delta) if d > 0 else -math.inf
+        return _epsilon_of(event, delta, accountant, neighbouring, grid) - epsilon
+
+    x0 = min(max(guess if guess is not None else math.sqrt(lo * hi), lo), hi)
+    fine = _Memo(spend)
+    if accountant == "pld" and pld_discretization < _COARSE_DISCRETIZATION and rtol < 1e-3:
+        coarse = _Memo(lambda x: spend(x, _COARSE_DISCRETIZATION))
+        a, b = _bracket(coarse, x0, 2.0, lo, hi)
+        if a is None:
+            return _met_at_lo(fine, lo, hi, rtol)
+        x0 = _brent_bracketed(coarse, a, b, 1e-3)
+        a, b = _secant_bracket(fine, x0, coarse.slope_near(x0), rtol, lo, hi)
     else:
-        lo, hi = _bracket(fine, guess, 2.0)
-    return _brent_bracketed(fine, lo, hi, rtol)
+        a, b = _bracket(fine, x0, 2.0, lo, hi)
+    if a is None:
+        return _met_at_lo(fine, lo, hi, rtol)
+    return _brent_bracketed(fine, a, b, rtol)
+
+
+def _epsilon_of(event: DpEvent, delta_: float, accountant: str, neighbouring: str, grid: float) -> float:
+    return epsilon(event, delta_, accountant=accountant, neighbouring=neighbouring, pld_discretization=grid)
+
+
+def _met_at_lo(f: "_Memo", lo: float, hi: float, rtol: float) -> float:
+    """``lo`` meets the target on the coarse search; confirm on the fine one (else bracket there)."""
+    if f(lo) <= 0:
+        return lo
+    a, b = _bracket(f, lo, 2.0, lo, hi)
+    assert a is not None
+    return _brent_bracketed(f, a, b, rtol)
 
 
 class _Memo:
@@ -344,24 +498,28 @@ class _Memo:
         return (max(missed), hi) if missed else None
 
 
-def _bracket(f: _Memo, guess: float, factor: float) -> tuple[float, float]:
-    """(lo, hi) with f(lo) > 0 >= f(hi), expanding geometrically from ``guess``."""
+def _bracket(f: _Memo, guess: float, factor: float, lo: float, hi: float) -> tuple[float | None, float]:
+    """(a, b) with f(a) > 0 >= f(b), lo <= a < b <= hi, expanding geometrically from ``guess``;
+    (None, lo) when f(lo) <= 0 already; ValueError when f(hi) > 0 (the target is out of reach)."""
     if f(guess) <= 0:
-        hi, lo = guess, guess / factor
-        while f(lo) <= 0:
-            hi, lo = lo, lo / factor
-            if lo < 1e-6:
-                return 0.0, hi
-    else:
-        lo, hi = guess, guess * factor
-        while f(hi) > 0:
-            lo, hi = hi, hi * factor
-            if hi > 1e7:
-                raise ValueError("no noise multiplier below 1e7 meets the target")
-    return lo, hi
+        b = guess
+        while b > lo:
+            a = max(b / factor, lo)
+            if f(a) > 0:
+                return a, b
+            b = a
+        return None, lo
+    a = guess
+    while a < hi:
+        b = min(a * factor, hi)
+        if f(b) <= 0:
+            return a, b
+        a = b
+    raise ValueError(f"no noise parameter up to {hi:g} meets the target (epsilon {f(hi):+.3g} above it)")
 
 
-def _secant_bracket(f: _Memo, x0: float, slope: float, rtol: float) -> tuple[float, float]:
+def _secant_bracket(f: _Memo, x0: float, slope: float, rtol: float, lo: float, hi: float
+                    ) -> tuple[float | None, float]:
     """Bracket the root of a decreasing ``f`` near ``x0`` by secant steps that aim just past
     the predicted root (by 0.4 rtol), so a good slope estimate needs only 2-3 evaluations."""
     x, fx = x0, f(x0)
@@ -371,13 +529,13 @@ def _secant_bracket(f: _Memo, x0: float, slope: float, rtol: float) -> tuple[flo
             return found
         pred = x - fx / slope
         pred *= (1 - 0.4 * rtol) if fx <= 0 else (1 + 0.4 * rtol)
-        if not pred > 0:
+        if not lo < pred < hi:
             break
         fp = f(pred)
         if fp != fx and pred != x and (fp - fx) / (pred - x) < 0:
             slope = (fp - fx) / (pred - x)
         x, fx = pred, fp
-    return _bracket(f, x, 1.01)
+    return _bracket(f, x, 1.01, lo, hi)
 
 
 def _bisect(f: Callable[[float], float], lo: float, hi: float, rtol: float) -> tuple[float, float]:
@@ -396,9 +554,11 @@ def _brent_bracketed(f: _Memo, lo: float, hi: float, rtol: float) -> float:
 
     if lo > 0 and hi - lo > rtol * hi:
         try:
-            scipy.optimize.brentq(f, lo, hi, xtol=0.25 * rtol * lo, rtol=1e-12, maxiter=60)
-        except ValueError:  # non-monotone discretisation noise: fall back on bisection below
-            pass
+            scipy.optimize.brentq(f, lo, hi, xtol=0.25 * rtol * lo, rtol=max(rtol / 4, 1e-15), maxiter=60,
+                                 disp=False)
+        except ValueError as exc:  # non-monotone discretisation noise: fall back on bisection below
+            if isinstance(exc, AccountingError):  # out of evaluations, or an event it cannot account
+                raise
     # Tightest valid bracket among all evaluations, then bisect until it is narrow enough.
     found = f.bracket()
     if found is not None and found[1] <= hi:

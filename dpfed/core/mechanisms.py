@@ -41,7 +41,6 @@ from typing import Any, Mapping
 import numpy as np
 from numpy.typing import ArrayLike
 from dp_accounting import dp_event
-from scipy import special
 
 from dpfed.core import accounting
 from dpfed.core.rng import SecureRNG
@@ -61,6 +60,7 @@ __all__ = [
     "discrete_laplace",
     "discrete_gaussian",
     "rounded_gaussian",
+    "float_gaussian",
     "exponential",
     "randomized_response",
     "rr_frequencies",
@@ -167,16 +167,34 @@ def _up(x: float) -> float:
 
 
 # -- Laplace ------------------------------------------------------------------------------------
+def _float_at_least(x: Fraction) -> float:
+    """The smallest float >= the rational x."""
+    f = float(x)
+    return f if Fraction(f) >= x else _up(f)
+
+
+def _float_at_most(x: Fraction) -> float:
+    """The largest float <= the rational x."""
+    f = float(x)
+    return f if Fraction(f) <= x else _down(f)
+
+
 def _dlap_event(scale: Fraction, sens: int) -> dp_event.DpEvent:
+    """The event of discrete Laplace noise of rational ``scale`` on integer L1 sensitivity ``sens``,
+    its parameter the tightest float on the conservative side."""
     if sens <= _EXACT_DLAP_MAX_S:
-        return dp_event.DiscreteLaplaceDpEvent(noise_parameter=_up(float(1 / scale)), sensitivity=sens)
-    return dp_event.LaplaceDpEvent(noise_multiplier=_down(float(scale / (sens + 1))))
+        return dp_event.DiscreteLaplaceDpEvent(noise_parameter=_float_at_least(1 / scale), sensitivity=sens)
+    return dp_event.LaplaceDpEvent(noise_multiplier=_float_at_most(scale / (sens + 1)))
 
 
 def _dlap_scale(sens: int, epsilon: float) -> Fraction:
-    """Scale for integer sensitivity ``sens``: S/eps when the exact event is used, else (S+1)/eps."""
-    s = sens if sens <= _EXACT_DLAP_MAX_S else sens + 1
-    return laplace_fraction(Fraction(s) / Fraction(epsilon))
+    """Scale for integer sensitivity ``sens``: S/eps when the exact event is used, else (S+1)/eps,
+    rounded up so that the event's float parameter is exactly within ``epsilon``: its pure epsilon
+    (noise_parameter * S, or 1 / noise_multiplier) is <= ``epsilon`` in exact arithmetic."""
+    eps = Fraction(epsilon)
+    if sens <= _EXACT_DLAP_MAX_S:
+        return laplace_fraction(1 / Fraction(_float_at_most(eps / sens)))
+    return laplace_fraction((sens + 1) * Fraction(_float_at_least(1 / eps)))
 
 
 def discrete_laplace(value: ArrayLike, *, sensitivity: int, epsilon: float, rng: SecureRNG) -> Release:
@@ -233,20 +251,13 @@ def laplace(value: ArrayLike, *, sensitivity: float, epsilon: float, rng: Secure
 
 
 # -- Gaussian -----------------------------------------------------------------------------------
-def _analytic_delta(sigma: float, epsilon: float, sens: float) -> float:
-    """delta(eps) of the Gaussian mechanism (Balle & Wang 2018, Thm. 8):
-    Phi(D/(2s) - eps*s/D) - e^eps Phi(-D/(2s) - eps*s/D)."""
-    a = sens / (2 * sigma)
-    b = epsilon * sigma / sens
-    return float(special.ndtr(a - b) - math.exp(epsilon + special.log_ndtr(-a - b)))
-
-
 def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0,
                    analytic: bool = True) -> float:
     """Noise standard deviation for (epsilon, delta)-DP with L2 ``sensitivity``.
 
-    analytic=True: the smallest sigma with delta(sigma) <= delta (Balle & Wang 2018, Alg. 1),
-    found by bracketing and bisection; the returned value always satisfies the bound.
+    analytic=True: the smallest sigma with delta(sigma) <= delta (Balle & Wang 2018, Alg. 1), by
+    the one calibration :func:`dpfed.core.accounting.calibrate` on the exact Gaussian curve; the
+    returned value always satisfies the bound.
     analytic=False: the classic sqrt(2 ln(1.25/delta)) * sensitivity / epsilon (Dwork & Roth
     2014, Thm. A.1), which is only valid for epsilon < 1.
     """
@@ -260,22 +271,8 @@ def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0,
             raise ValueError("the classic Gaussian calibration needs epsilon < 1 "
                              "(Dwork & Roth Thm. A.1); use analytic=True")
         return math.sqrt(2 * math.log(1.25 / dlt)) * sens / eps
-    lo, hi = sens * 1e-3, sens
-    while _analytic_delta(hi, eps, sens) > dlt:
-        lo, hi = hi, hi * 2
-        if hi > sens * 1e12:
-            raise ValueError("delta too small to calibrate")
-    while _analytic_delta(lo, eps, sens) <= dlt:
-        hi, lo = lo, lo / 2
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if _analytic_delta(mid, eps, sens) <= dlt:
-            hi = mid
-        else:
-            lo = mid
-        if hi - lo <= 1e-13 * hi:
-            break
-    return hi
+    z = accounting.gaussian_noise_multiplier(eps, dlt, accountant="analytic", rtol=1e-13)
+    return _up(z * sens)
 
 
 def _integer_sensitivity(x: Any, name: str) -> int:
@@ -324,9 +321,16 @@ def _calibrated_sigma(sens: float, sigma: float | None, epsilon: float | None, d
     return _positive(sigma, "sigma")
 
 
+def _share(parties: int) -> float:
+    """Noise share of one of ``parties`` parties: 1/sqrt(P) of the std (1/P of the variance)."""
+    if int(parties) != parties or parties < 1:
+        raise ValueError("parties must be a positive integer")
+    return 1.0 / math.sqrt(int(parties)) if parties > 1 else 1.0
+
+
 def rounded_gaussian(value: ArrayLike, *, sensitivity: float, rng: SecureRNG, sigma: float | None = None,
                      epsilon: float | None = None, delta: float | None = None,
-                     analytic: bool = True) -> Release:
+                     analytic: bool = True, parties: int = 1) -> Release:
     """Gaussian mechanism for integer queries with L2 ``sensitivity``: value + round(sigma Z),
     Z ~ N(0, I), sampled exactly (:func:`dpfed.core.samplers.sample_rounded_gaussian`).
 
@@ -335,21 +339,53 @@ def rounded_gaussian(value: ArrayLike, *, sensitivity: float, rng: SecureRNG, si
     ``event = GaussianDpEvent(sigma / sensitivity)`` exactly, with no discretisation factor; sigma
     up to 2^40 (beyond ~2^30 more draws take the slow exact path). Give ``sigma``, or ``epsilon``
     and ``delta``.
+
+    ``parties = P > 1`` (distributed noise, simulation only): this party adds a discrete Gaussian
+    share N_Z(0, sigma^2 / P) and the event is that of the *sum* of the P parties' releases,
+    ``GaussianDpEvent(sigma / sensitivity)`` as above; it protects a party only when the
+    coordinator sees nothing but that sum (secure aggregation). The sum of P discrete Gaussian
+    shares is close to, not exactly, one of variance sigma^2 (Canonne, Kamath & Steinke 2020, Sec. 4).
     """
     x = _int_array(value)
     sens = _positive(sensitivity, "sensitivity")
     sig = _calibrated_sigma(sens, sigma, epsilon, delta, analytic)
-    noisy = _checked_add(x, sample_rounded_gaussian(sig, x.shape, rng))
-    details = {"sigma": sig, "sensitivity": sens, "rho": _up(sens * sens / (2 * sig * sig))}
+    share = _share(parties)
+    if share == 1.0:
+        noise = sample_rounded_gaussian(sig, x.shape, rng)
+    else:
+        noise = sample_discrete_gaussian(sig * share, x.shape, rng)
+    noisy = _checked_add(x, noise)
+    details = {"sigma": sig, "sensitivity": sens, "rho": _up(sens * sens / (2 * sig * sig)), "parties": int(parties)}
     if epsilon is not None and delta is not None:  # both or neither (checked above)
         details.update(epsilon=float(epsilon), delta=float(delta))
     return Release(noisy if noisy.ndim else int(noisy),
-                   dp_event.GaussianDpEvent(noise_multiplier=_down(sig / _up(sens))), details)
+                   dp_event.GaussianDpEvent(noise_multiplier=_float_at_most(Fraction(sig) / Fraction(sens))),
+                   details)
+
+
+def float_gaussian(value: ArrayLike, *, sensitivity: float, noise_multiplier: float, rng: SecureRNG,
+                   parties: int = 1) -> Release:
+    """The DP-SGD Gaussian mechanism on a clipped sum: value + N(0, (z * sensitivity)^2 I) as float
+    draws from the ChaCha20 keystream by the ziggurat method (:meth:`SecureRNG.normal_ziggurat`,
+    exact in law), as Opacus and TF Privacy add it (Abadi et al. 2016, Alg. 1). Not
+    floating-point safe in Mironov's sense; :func:`gaussian` with ``noise_multiplier`` is the safe
+    (slower) variant. ``value`` must already have L2 sensitivity <= ``sensitivity`` (clip first).
+    Event ``GaussianDpEvent(z)``; ``parties = P > 1``: this party adds 1/P of the variance and the
+    event is that of the sum of the P releases (secure aggregation only, see :func:`rounded_gaussian`).
+    """
+    x = _real_array(value)
+    sens = _positive(sensitivity, "sensitivity")
+    z = _positive(noise_multiplier, "noise_multiplier")
+    std = z * sens * _share(parties)
+    noisy = x + rng.normal_ziggurat(x.shape if x.ndim else 1, std).reshape(x.shape)
+    return Release(noisy if noisy.ndim else float(noisy), dp_event.GaussianDpEvent(noise_multiplier=z),
+                   {"sigma": std, "sensitivity": sens, "parties": int(parties)})
 
 
 def gaussian(value: ArrayLike, *, sensitivity: float, rng: SecureRNG, sigma: float | None = None,
              epsilon: float | None = None, delta: float | None = None, analytic: bool = True,
-             grid_bits: int | None = None, noise_multiplier: float | None = None) -> Release:
+             grid_bits: int | None = None, noise_multiplier: float | None = None,
+             parties: int = 1) -> Release:
     """Floating-point-safe Gaussian mechanism for a real vector with L2 ``sensitivity``.
 
     Give exactly one of: ``sigma`` (noise std); ``epsilon`` and ``delta`` (calibrated by
@@ -361,8 +397,17 @@ def gaussian(value: ArrayLike, *, sensitivity: float, rng: SecureRNG, sigma: flo
     rounded-Gaussian noise round(sigma 2^k Z) on the grid and scales back: a post-processing of
     the continuous Gaussian mechanism on the grid integers, so
     ``event = GaussianDpEvent(sigma_g / sens_g)`` exactly (see the module notes).
+    ``parties = P > 1`` (with ``noise_multiplier`` only; distributed noise, simulation only): this
+    party adds the noise of multiplier z/sqrt(P) and the event is that of the sum of the P
+    releases, ``GaussianDpEvent(z)`` (secure aggregation only, see :func:`rounded_gaussian`).
     """
     x = _real_array(value)
+    share = _share(parties)
+    if share != 1.0 and noise_multiplier is None:
+        raise ValueError("parties > 1 needs a noise_multiplier")
+    planned_z = noise_multiplier
+    if share != 1.0:
+        noise_multiplier = _positive(noise_multiplier, "noise_multiplier") * share
     sens = _positive(sensitivity, "sensitivity")
     d = max(x.size, 1)
     given = [sigma is not None, epsilon is not None or delta is not None, noise_multiplier is not None]
@@ -396,7 +441,7 @@ def gaussian(value: ArrayLike, *, sensitivity: float, rng: SecureRNG, sigma: flo
     noisy = _checked_add(ints, sample_rounded_gaussian(sigma_grid, x.shape, rng))
     out = _from_grid(noisy, k)
     if noise_multiplier is not None:  # sigma_grid = _up(z sens_grid) >= z sens_grid in real numbers
-        event = dp_event.GaussianDpEvent(noise_multiplier=float(noise_multiplier))
+        event = dp_event.GaussianDpEvent(noise_multiplier=float(planned_z))
     else:
         event = dp_event.GaussianDpEvent(noise_multiplier=_down(sigma_grid / sens_grid))
     details = {"grid_bits": k, "sensitivity_on_grid": sens_grid, "sigma": sigma,
