@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from dpfed.algorithms.secure_noise import SecurePlan
 
 __all__ = ["JobSpec", "Task", "Answer", "Aggregate", "Released", "TaskRejected", "PartyAlgorithm",
-           "CoordinatorAlgorithm", "Algorithm", "sum_combine", "stack_combine"]
+           "CoordinatorAlgorithm", "Algorithm", "sum_combine", "stack_combine", "is_builtin", "released_arrays"]
 
 Answer = dict[str, np.ndarray]
 
@@ -212,6 +212,34 @@ class PartyAlgorithm(ABC):
         """The task's per-record real rows in :meth:`secure_plan`'s layout, in chunks (one row, one
         privacy unit; clipped by the encoder to the plan's clip). Only for tasks with a plan."""
         raise TaskRejected(f"{spec.algorithm} has no secure-aggregation release")
+
+
+def is_builtin(half: PartyAlgorithm) -> bool:
+    """True for dpfed's own algorithms, which must report their releases (strict checking)."""
+    return type(half).__module__.startswith("dpfed.")
+
+
+def released_arrays(half: PartyAlgorithm, task: Task, out: Answer | Released, planned: DpEvent | None) -> Answer:
+    """The arrays of ``out`` once its releases are checked against the round's planned event.
+
+    Every event a :class:`Released` reports must be covered by its own part of ``planned``
+    (:func:`dpfed.core.accounting.within`); dpfed's built-in algorithms must return
+    :class:`Released` and declare ``task_event`` (a bare answer from them is a bug). Raises
+    :class:`TaskRejected` with a public reason; nothing of ``out`` may leave then.
+    """
+    from dpfed.core import accounting
+
+    if is_builtin(half) and (not isinstance(out, Released) or planned is None):
+        raise TaskRejected(f"internal error: {type(half).__name__} answered round {task.round} without "
+                           "reporting its releases against a planned event; nothing was sent")
+    if not isinstance(out, Released):
+        return out
+    if planned is not None:
+        extra = accounting.within(out.events, planned)
+        if extra:
+            raise TaskRejected(f"internal error: the answer to round {task.round} would spend outside the "
+                               f"charged plan ({len(extra)} unplanned release(s)); nothing was sent")
+    return out.arrays
 
 
 class CoordinatorAlgorithm(ABC):

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dpfed.algorithms.contract import (Aggregate, Algorithm, CoordinatorAlgorithm, JobSpec, PartyAlgorithm,
-                                       Released, Task)
+                                       Released, Task, released_arrays)
 from dpfed.core.rng import SecureRNG
 
 __all__ = ["drive", "run_local", "LocalRun"]
@@ -59,8 +59,11 @@ def run_local(algo: Algorithm, spec: JobSpec, X: np.ndarray, y: np.ndarray | Non
         if answer is not None:
             return [Aggregate(answer(task), ("local",))]
         half.check_task(spec, task)
+        planned = half.task_event(spec, task) if private else None
         out = half.answer(spec, task, X, y, rng)
-        return [Aggregate(out.arrays if isinstance(out, Released) else out, ("local",))]
+        arrays = released_arrays(half, task, out, planned) if private else (
+            out.arrays if isinstance(out, Released) else out)
+        return [Aggregate(arrays, ("local",))]
 
     rounds = drive(coord, gather, algo.combine)
     return LocalRun(coord, event, rounds)

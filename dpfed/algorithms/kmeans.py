@@ -40,12 +40,12 @@ from scipy.optimize import linear_sum_assignment
 from dpfed.core import accounting
 from dpfed.algorithms.estimator import EstimatorParams
 from dpfed.algorithms.contract import (Aggregate, Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm,
-                                       Task, TaskRejected, stack_combine)
+                                       Released, Task, TaskRejected, stack_combine)
 from dpfed.algorithms.params import EPSILON, MEMORY_CAP_BYTES, Param, ParamTable, arg_type, delta_param
-from dpfed.core.mechanisms import gaussian
+from dpfed.core.clipping import clamp
+from dpfed.core.mechanisms import discrete_laplace, gaussian
 from dpfed.core.rng import SecureRNG
 from dpfed.algorithms.sample_aggregate import assign_blocks, center_of_attention_release, clamped_mean_release
-from dpfed.core.samplers import sample_discrete_laplace
 from dpfed.data.schema import Schema
 
 __all__ = [
@@ -256,9 +256,11 @@ def numeric_part(X: np.ndarray, schema: Schema) -> tuple[np.ndarray, np.ndarray,
 
 # --------------------------------------------------------------------------- budget plan
 
-def _gauss_z(eps: float, delta: float) -> float:
-    """Classic Gaussian multiplier sqrt(2 ln(1.25/delta))/eps: only a monotone map from a budget
-    share to a noise multiplier (the real spend is then computed exactly by PLD)."""
+def _share_multiplier(eps: float, delta: float) -> float:
+    """The split rule between budget shares, not a calibration: a share ``eps`` of the scaled budget
+    becomes the Gaussian multiplier sqrt(2 ln(1.25/delta))/eps (the classic exchange rate, Dwork &
+    Roth 2014 Thm. A.1), which fixes how the (epsilon, delta) aggregator and the Gaussian steps share
+    it; :func:`make_plan` then calibrates the one scale by :func:`dpfed.core.accounting.calibrate`."""
     return math.sqrt(2.0 * math.log(1.25 / delta)) / eps
 
 
@@ -307,18 +309,18 @@ def _plan_at(x: float, method: str, k: int, aggregator: str, steps: int, eps: fl
     return KMeansPlan(
         method=method, k=k, aggregator=aggregator, count_noise=count,
         agg_epsilon=agg_eps if aggregator == "coa" else 0.0, agg_delta=delta / 2 if aggregator == "coa" else 0.0,
-        agg_noise_multiplier=_gauss_z(agg_eps, delta) if method == "sample-aggregate" and aggregator == "mean" else 0.0,
-        steps=steps, step_noise_multiplier=_gauss_z(step_eps, delta) if steps else 0.0,
+        agg_noise_multiplier=_share_multiplier(agg_eps, delta) if method == "sample-aggregate" and aggregator == "mean" else 0.0,
+        steps=steps, step_noise_multiplier=_share_multiplier(step_eps, delta) if steps else 0.0,
         step_count_noise=_STEP_COUNT_SHARE * eps / steps if steps else 0.0,
         sizes_noise=_SIZES_SHARE * eps, epsilon=eps, delta=delta)
 
 
 @functools.lru_cache(maxsize=256)
 def make_plan(method: str, k: int, aggregator: str, steps: int, epsilon: float, delta: float) -> KMeansPlan:
-    """Calibrate one scale x by bisection so the PLD epsilon (at ``delta``) of :func:`plan_event`
-    is within 0.1 % below ``epsilon``, never above. Shares: record count 2 %, sizes 5 %, step
-    counts 5 % (pure, fixed); the rest is split between the aggregator (1/2 if refining,
-    else all) and the DP Lloyd steps (equal shares)."""
+    """Calibrate one budget scale x so that the PLD epsilon (at ``delta``) of :func:`plan_event` is
+    within 0.1 % below ``epsilon``, never above: :func:`dpfed.core.accounting.calibrate` on the
+    noise scale 1/x. Shares: record count 2 %, sizes 5 %, step counts 5 % (pure, fixed); the rest
+    is split between the aggregator (1/2 if refining, else all) and the DP Lloyd steps (equal shares)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if aggregator not in AGGREGATORS:
@@ -327,32 +329,25 @@ def make_plan(method: str, k: int, aggregator: str, steps: int, epsilon: float, 
         raise ValueError("DP Lloyd needs at least one iteration")
     agg_weight = 1.0 if method == "sample-aggregate" and steps == 0 else (0.5 if method == "sample-aggregate" else 0.0)
 
-    def spent(x: float) -> float:
-        return accounting.epsilon(plan_event(_plan_at(x, method, k, aggregator, steps, epsilon, delta, agg_weight)),
-                                  delta)
+    def at(noise_scale: float) -> KMeansPlan:
+        return _plan_at(1.0 / noise_scale, method, k, aggregator, steps, epsilon, delta, agg_weight)
 
-    lo, hi = 0.05, 1.0
-    while spent(hi) <= epsilon:
-        lo, hi = hi, hi * 2
-    while spent(lo) > epsilon:
-        lo /= 2
-    while hi - lo > 1e-3 * lo:
-        mid = 0.5 * (lo + hi)
-        if spent(mid) <= epsilon:
-            lo = mid
-        else:
-            hi = mid
-    return _plan_at(lo, method, k, aggregator, steps, epsilon, delta, agg_weight)
+    s = accounting.calibrate(lambda v: plan_event(at(v)), epsilon, delta, lo=1e-4, hi=1e4, guess=2.0, rtol=1e-3)
+    return at(s)
 
 
 # --------------------------------------------------------------------------- private fit (one party)
 
-def _dl(value: np.ndarray, noise: float, rng: SecureRNG) -> np.ndarray:
-    return np.asarray(value, dtype=np.int64) + sample_discrete_laplace(1.0 / noise, np.shape(value), rng)
+def _dl(value: np.ndarray, noise: float, rng: SecureRNG, events: list[dp_event.DpEvent] | None) -> np.ndarray:
+    """Counts plus discrete Laplace noise of epsilon ``noise`` (sensitivity 1); the event goes to ``events``."""
+    rel = discrete_laplace(np.asarray(value, dtype=np.int64), sensitivity=1, epsilon=noise, rng=rng)
+    if events is not None:
+        events.append(rel.event)
+    return np.asarray(rel.value, dtype=np.int64)
 
 
 def _dp_lloyd_step(X: np.ndarray, C: np.ndarray, lower: np.ndarray, upper: np.ndarray, plan: KMeansPlan,
-                   rng: SecureRNG) -> np.ndarray:
+                   rng: SecureRNG, events: list[dp_event.DpEvent] | None = None) -> np.ndarray:
     """One DP Lloyd step: per-cluster sums of (x - mid) plus Gaussian noise of std z R (on the public
     grid, :func:`dpfed.core.mechanisms.gaussian`), R = ||upper-lower||/2
     the largest l2 norm of a centred record (add/remove sensitivity of the sum vector), and
@@ -365,16 +360,21 @@ def _dp_lloyd_step(X: np.ndarray, C: np.ndarray, lower: np.ndarray, upper: np.nd
     sums = _cluster_sums(X - mid, lab, k)
     # floating-point-safe Gaussian on the public grid; its event is exactly the planned
     # GaussianDpEvent(step_noise_multiplier) (the grid's rounding is paid for in noise)
-    noisy_sums = gaussian(sums, sensitivity=R, noise_multiplier=plan.step_noise_multiplier, rng=rng).value
-    noisy_cnt = _dl(cnt, plan.step_count_noise, rng).astype(np.float64)
+    rel = gaussian(sums, sensitivity=R, noise_multiplier=plan.step_noise_multiplier, rng=rng)
+    if events is not None:
+        events.append(rel.event)
+    noisy_sums = rel.value
+    noisy_cnt = _dl(cnt, plan.step_count_noise, rng, events).astype(np.float64)
     new = np.where(noisy_cnt[:, None] >= 1, mid + noisy_sums / np.maximum(noisy_cnt, 1)[:, None], C)
     return np.clip(new, lower, upper)
 
 
 def fit_private(X: np.ndarray, lower: np.ndarray, upper: np.ndarray, plan: KMeansPlan, rng: SecureRNG, *,
                 per_cluster: int = 10, max_blocks: int = 2000, block_size: int = 0, anchor_seed: int = 0,
-                info: dict[str, Any] | None = None, strict: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                info: dict[str, Any] | None = None, strict: bool = True,
+                events: list[dp_event.DpEvent] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """One party's private k-means under ``plan`` (already charged): (centers (k, d), noisy sizes (k,)).
+    ``events`` (if given) receives the event of every release, in order.
 
     ``strict=False`` (a party answering a charged task): nothing here fails because of the records,
     since a failure after the charge would tell whether they are few or odd. Records are clamped into
@@ -394,12 +394,12 @@ def fit_private(X: np.ndarray, lower: np.ndarray, upper: np.ndarray, plan: KMean
     if outside and strict:
         raise ValueError(f"{outside} record(s) lie outside the public domain box; clip or fix the schema bounds")
     if outside or not np.all(np.isfinite(X)):
-        X = np.clip(np.nan_to_num(X, nan=0.0), lower, upper)
+        X = clamp(np.nan_to_num(X, nan=0.0), lower, upper)  # +-inf -> +-max float, then the box
     np_rng = rng.numpy()  # non-privacy randomness: block assignment, k-means++ in blocks, start
     if plan.method == "lloyd":
         C = lower + np_rng.random((k, len(lower))) * (upper - lower)
     else:
-        n_noisy = int(_dl(np.array([len(X)]), plan.count_noise, rng)[0])
+        n_noisy = int(_dl(np.array([len(X)]), plan.count_noise, rng, events)[0])
         size = block_size if block_size > 0 else per_cluster * k
         m = max(3, min(max_blocks, n_noisy // size))  # at least 3 blocks (the center of attention needs 3)
         if strict and len(X) < m * k:
@@ -423,13 +423,15 @@ def fit_private(X: np.ndarray, lower: np.ndarray, upper: np.ndarray, plan: KMean
         else:
             rel = clamped_mean_release(A, lower=lo_v, upper=hi_v, noise_multiplier=plan.agg_noise_multiplier, rng=rng)
         C = rel.value.reshape(k, -1)
+        if events is not None:
+            events.append(rel.event)
         if info is not None:
             info.update(blocks=m, aggregate_noise_std=rel.noise_std, block_answers=A)
             info["aggregate"] = C.copy()
     for _ in range(plan.steps):
-        C = _dp_lloyd_step(X, C, lower, upper, plan, rng)
+        C = _dp_lloyd_step(X, C, lower, upper, plan, rng, events)
     lab = np.argmin(_sqdist(X, C), axis=1)
-    sizes = _dl(np.bincount(lab, minlength=k), plan.sizes_noise, rng)
+    sizes = _dl(np.bincount(lab, minlength=k), plan.sizes_noise, rng, events)
     return C, sizes
 
 
@@ -539,20 +541,25 @@ class KMeansParty(PartyAlgorithm):
     def job_event(self, spec: JobSpec) -> dp_event.DpEvent:
         return plan_event(_spec_plan(spec)[0])
 
+    def task_event(self, spec: JobSpec, task: Task) -> dp_event.DpEvent:
+        return plan_event(_spec_plan(spec)[0])  # the job is this one round
+
     def check_task(self, spec: JobSpec, task: Task) -> None:
         if task.job_id != spec.job_id or task.kind != "fit" or task.round != 0:
             raise TaskRejected("kmeans answers exactly one task: round 0, kind 'fit'")
 
-    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Answer:
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
         plan, o = _spec_plan(spec)
         Xn, lower, upper = numeric_part(X, spec.schema)
+        events: list[dp_event.DpEvent] = []
         try:
             C, sizes = fit_private(Xn, lower, upper, plan, rng, per_cluster=o["per_cluster"],
                                    max_blocks=o["max_blocks"], block_size=o["block_size"],
-                                   anchor_seed=o["anchor_seed"], strict=False)
+                                   anchor_seed=o["anchor_seed"], strict=False, events=events)
         except ValueError as exc:
             raise TaskRejected(str(exc)) from None
-        return {"centers": C[None], "sizes": sizes.astype(np.float64)[None]}  # one row per party (stack_combine)
+        # one row per party (stack_combine)
+        return Released({"centers": C[None], "sizes": sizes.astype(np.float64)[None]}, tuple(events))
 
 
 class KMeansCoordinator(CoordinatorAlgorithm):

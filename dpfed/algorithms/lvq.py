@@ -68,18 +68,17 @@ from dp_accounting import DpEvent, dp_event
 from dpfed.core import accounting
 from dpfed.algorithms.driver import run_local as drive_local
 from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
-from dpfed.algorithms.contract import Aggregate, Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
+from dpfed.algorithms.contract import Aggregate, Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Released, Task, TaskRejected
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.lvq_model import GradientSum, clipped_gradient_rows, clipped_gradient_sum, predict, rescale
 from dpfed.algorithms.params import EPSILON, MEMORY_CAP_BYTES, Param, ParamTable, arg_type, delta_param
 from dpfed.core import distributed_noise as dn
 from dpfed.core.rng import SecureRNG
-from dpfed.core.mechanisms import gaussian, laplace
-from dpfed.core.samplers import sample_discrete_gaussian, sample_discrete_laplace, sample_rounded_gaussian
+from dpfed.core.mechanisms import discrete_laplace, float_gaussian, gaussian, laplace, rounded_gaussian
 from dpfed.data.schema import DataValidationError, Schema
 
 __all__ = ["PrivacyPlan", "privacy_plan", "prepare_params", "LVQParty", "LVQCoordinator", "evaluate",
-           "noisy_gradient_sum", "DPGLVQ", "DPGMLVQ", "ALGORITHMS", "DEFAULTS"]
+           "noisy_gradient_sum", "gradient_release", "DPGLVQ", "DPGMLVQ", "ALGORITHMS", "DEFAULTS"]
 
 #: Defaults of the job parameters (the paper's q, C, E, epsilon_1 share; our initialisation and optimiser).
 DEFAULTS: dict[str, Any] = {
@@ -107,21 +106,17 @@ class PrivacyPlan:
     sum_noise: float                 # sum noise multiplier: Gaussian std / sqrt(d), or Laplace scale / d
     init_event: DpEvent
     event: DpEvent                   # whole job: init + T steps
+    count_epsilon: float = 0.0       # Laplace initialisation: the counts' and the sums' epsilon
+    sum_epsilon: float = 0.0
 
     def init_counts_only(self) -> bool:
         return self.sum_noise == 0.0
 
 
 def _gaussian_multiplier(eps: float, delta: float) -> float:
-    """Smallest Gaussian noise multiplier z with PLD epsilon(Gaussian(z), delta) <= eps (bisection)."""
-    f = lambda z: accounting.epsilon(dp_accounting.GaussianDpEvent(z), delta) - eps  # noqa: E731
-    lo, hi = 0.05, 1.0
-    while f(hi) > 0:
-        lo, hi = hi, hi * 2.0
-    while hi - lo > 1e-5 * hi:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if f(mid) > 0 else (lo, mid)
-    return hi
+    """Smallest Gaussian noise multiplier z with PLD epsilon(Gaussian(z), delta) <= eps (to 1e-5):
+    the one calibration, :func:`dpfed.core.accounting.gaussian_noise_multiplier`."""
+    return accounting.gaussian_noise_multiplier(eps, delta, rtol=1e-5)
 
 
 def _init_noise(init: str, eps1: float, delta: float, count_fraction: float) -> tuple[float, float, DpEvent]:
@@ -130,7 +125,7 @@ def _init_noise(init: str, eps1: float, delta: float, count_fraction: float) -> 
         zc, zs = z / math.sqrt(count_fraction), z / math.sqrt(1.0 - count_fraction)
         return zc, zs, accounting.compose([dp_accounting.GaussianDpEvent(zc), dp_accounting.GaussianDpEvent(zs)])
     if init == "laplace":
-        ec, es = count_fraction * eps1, (1.0 - count_fraction) * eps1
+        ec, es = count_fraction * eps1, (1.0 - count_fraction) * eps1  # as PrivacyPlan.count/sum_epsilon
         # The sums go through the floating-point-safe dpfed.core.mechanisms.laplace (es-DP); it is charged as
         # the worst es-DP mechanism (Kairouz, Oh & Viswanath 2015), valid whatever its grid.
         return 1.0 / ec, 1.0 / es, accounting.compose([dp_event.DiscreteLaplaceDpEvent(ec, 1),
@@ -158,7 +153,8 @@ def _plan_cached(key: str, noise_multiplier: float | None) -> PrivacyPlan:
     if noise_multiplier is None:
         noise_multiplier = accounting.calibrate_noise_multiplier(eps, delta, q, steps, extra_event=init_event)
     event = accounting.compose([init_event, accounting.dp_sgd_event(noise_multiplier, q, steps)])
-    return PrivacyPlan(steps, float(noise_multiplier), zc, zs, init_event, event)
+    lap = (frac * eps * cf, frac * eps * (1.0 - cf)) if p["init"] == "laplace" else (0.0, 0.0)
+    return PrivacyPlan(steps, float(noise_multiplier), zc, zs, init_event, event, *lap)
 
 
 def privacy_plan(params: Mapping[str, Any]) -> PrivacyPlan:
@@ -339,6 +335,17 @@ class LVQParty(PartyAlgorithm):
             raise TaskRejected(f"the job's noise gives epsilon {spent:.6g} > its stated epsilon {spec.epsilon:.6g}")
         return plan.event
 
+    def task_event(self, spec: JobSpec, task: Task) -> DpEvent | None:
+        """Round 0: the initialisation; round t >= 1: one Poisson-subsampled Gaussian step. None for a
+        secure-aggregation job, whose rounds the secure session answers (never :meth:`answer`)."""
+        if sn.is_secure({**DEFAULTS, **spec.params}):
+            return None
+        _, plan, _ = self._job(spec)
+        if task.round == 0:
+            return plan.init_event
+        return dp_event.PoissonSampledDpEvent(float({**DEFAULTS, **spec.params}["sampling_rate"]),
+                                              dp_event.GaussianDpEvent(plan.noise_multiplier))
+
     def check_task(self, spec: JobSpec, task: Task) -> None:
         if task.job_id != spec.job_id:
             raise TaskRejected("task belongs to another job")
@@ -396,12 +403,12 @@ class LVQParty(PartyAlgorithm):
         # reveal its absence by the failure itself.
         return Z, y
 
-    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Answer:
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
         if sn.is_secure({**DEFAULTS, **spec.params}):
             raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
         Z, y = self._checked(spec, task, X, y)
         p, plan, (c, d, ppc, rank, learn_omega) = self._job(spec)
-        share = 1.0 / math.sqrt(int(p["parties"])) if p["noise"] == "distributed" else 1.0
+        share = int(p["parties"]) if p["noise"] == "distributed" else 1  # noise shares (1: local noise)
         if task.kind == "init":
             # A class absent here is answered like any other (a count of 0 plus noise): refusing would
             # reveal its absence by the failure itself.
@@ -409,14 +416,16 @@ class LVQParty(PartyAlgorithm):
             return self._init_answer(p, plan, Z, y, counts, c, d, share, rng)
         W = np.asarray(task.arrays["prototypes"], dtype=np.float64)
         omega = np.asarray(task.arrays["omega"], dtype=np.float64) if rank else None
-        mask = rng.poisson_mask(len(Z), float(p["sampling_rate"]))
-        g = noisy_gradient_sum(Z[mask], y[mask], W, _prototype_labels(c, ppc), omega, float(p["clip"]),
-                               plan.noise_multiplier * float(p["clip"]) * share, rng, phi=str(p["phi"]),
-                               beta=float(p["beta"]), learn_omega=learn_omega, exact=bool(p["exact_noise"]))
+        q = float(p["sampling_rate"])
+        mask = rng.poisson_mask(len(Z), q)
+        g, event = gradient_release(Z[mask], y[mask], W, _prototype_labels(c, ppc), omega, float(p["clip"]),
+                                    plan.noise_multiplier, rng, phi=str(p["phi"]), beta=float(p["beta"]),
+                                    learn_omega=learn_omega, exact=bool(p["exact_noise"]), parties=share)
         out = {"grad_prototypes": g.prototypes}
         if rank:
             out["grad_omega"] = g.omega
-        return out
+        # the party Poisson-samples its records: the step's release is the subsampled Gaussian
+        return Released(out, (dp_event.PoissonSampledDpEvent(q, event),))
 
     def secure_plan(self, spec: JobSpec, task: Task) -> sn.SecurePlan | None:
         p = {**DEFAULTS, **spec.params}
@@ -466,53 +475,57 @@ class LVQParty(PartyAlgorithm):
 
     @staticmethod
     def _init_answer(p: Mapping[str, Any], plan: PrivacyPlan, Z: np.ndarray, y: np.ndarray, counts: np.ndarray,
-                     c: int, d: int, share: float, rng: SecureRNG) -> Answer:
+                     c: int, d: int, share: int, rng: SecureRNG) -> Released:
         init = p["init"]
         if init == "laplace":  # the paper's mechanism; Laplace noise does not split, so always in full
-            noisy_counts = counts + sample_discrete_laplace(plan.count_noise, c, rng)
-        elif share == 1.0:  # exact round(sigma Z): a post-processing of GaussianDpEvent(zc), exactly as planned
-            noisy_counts = counts + sample_rounded_gaussian(plan.count_noise, c, rng)
-        else:  # a share of the central noise; the parties' sum is close to one discrete Gaussian (module notes)
-            noisy_counts = counts + sample_discrete_gaussian(plan.count_noise * share, c, rng)
-        out: Answer = {"counts": noisy_counts.astype(np.int64)}
+            cnt = discrete_laplace(counts, sensitivity=1, epsilon=plan.count_epsilon, rng=rng)
+        else:  # exact round(sigma Z), a post-processing of GaussianDpEvent(zc); shares when distributed
+            cnt = rounded_gaussian(counts, sensitivity=1.0, sigma=plan.count_noise, parties=share, rng=rng)
+        out: Answer = {"counts": np.asarray(cnt.value, dtype=np.int64)}
         if init == "zero":
-            return out
+            return Released(out, (cnt.event,))
         S, l2, l1 = _init_rows(p, Z)
         sums = np.zeros((c, d))
         np.add.at(sums, y, S)
         if init == "gaussian":  # floating-point safe: public grid + exact rounded-Gaussian noise
-            sums = np.asarray(gaussian(sums, sensitivity=l2, noise_multiplier=plan.sum_noise * share, rng=rng).value)
+            rel = gaussian(sums, sensitivity=l2, noise_multiplier=plan.sum_noise, parties=share, rng=rng)
         else:
             # One Laplace mechanism over the whole (c x d) table: a record changes one row by at most l1 in L1.
-            sums = np.asarray(laplace(sums, sensitivity=l1, epsilon=1.0 / plan.sum_noise, rng=rng).value)
-        out["sums"] = sums
-        return out
+            rel = laplace(sums, sensitivity=l1, epsilon=plan.sum_epsilon, rng=rng)
+        out["sums"] = np.asarray(rel.value)
+        return Released(out, (cnt.event, rel.event))
 
 
 def noisy_gradient_sum(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.ndarray, omega: np.ndarray | None,
                        clip: float, std: float, rng: SecureRNG, *, phi: str = "identity", beta: float = 1.0,
                        learn_omega: bool = True, exact: bool = False) -> GradientSum:
-    """One party's DP-SGD release: the clipped gradient sum plus N(0, std^2) on every learned entry.
+    """:func:`gradient_release` with the noise given as its standard deviation ``std`` (= z C)."""
+    return gradient_release(X, y, W, wl, omega, clip, std / clip, rng, phi=phi, beta=beta,
+                            learn_omega=learn_omega, exact=exact)[0]
 
-    The noise is one Gaussian draw over the concatenated (prototypes, Omega) vector (Omega only
-    when it is learned), by the ziggurat sampler of :class:`SecureRNG` (exact in law, about half the
-    cost of Box-Muller, which matters for a full d x d Omega), added in place.
+
+def gradient_release(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.ndarray, omega: np.ndarray | None,
+                     clip: float, noise_multiplier: float, rng: SecureRNG, *, phi: str = "identity",
+                     beta: float = 1.0, learn_omega: bool = True, exact: bool = False, parties: int = 1
+                     ) -> tuple[GradientSum, DpEvent]:
+    """One party's DP-SGD release: the clipped gradient sum plus N(0, (z C)^2) on every learned entry
+    (1/``parties`` of that variance under distributed noise), and the release's event.
+
+    The noise is one Gaussian mechanism over the concatenated (prototypes, Omega) vector (Omega only
+    when it is learned): :func:`dpfed.core.mechanisms.float_gaussian` (ziggurat draws from the
+    ChaCha20 keystream), or with ``exact`` :func:`dpfed.core.mechanisms.gaussian` on a public grid.
     """
     g = clipped_gradient_sum(X, y, W, wl, omega, clip, phi=phi, beta=beta, learn_omega=learn_omega)
     k = g.prototypes.size
     with_omega = g.omega is not None and learn_omega
-    if exact:  # public grid + exact rounded-Gaussian noise (std covers the grid's rounding too)
-        flat = np.concatenate([g.prototypes.ravel()] + ([g.omega.ravel()] if with_omega else []))
-        noisy = gaussian(flat, sensitivity=clip, noise_multiplier=std / clip, rng=rng).value
-        g.prototypes[...] = noisy[:k].reshape(g.prototypes.shape)
-        if with_omega:
-            g.omega[...] = noisy[k:].reshape(g.omega.shape)
-        return g
-    noise = rng.normal_ziggurat(k + (g.omega.size if with_omega else 0), std)
-    g.prototypes += noise[:k].reshape(g.prototypes.shape)
+    flat = np.concatenate([g.prototypes.ravel()] + ([g.omega.ravel()] if with_omega else []))
+    mech = gaussian if exact else float_gaussian
+    rel = mech(flat, sensitivity=clip, noise_multiplier=noise_multiplier, parties=parties, rng=rng)
+    noisy = np.asarray(rel.value)
+    g.prototypes[...] = noisy[:k].reshape(g.prototypes.shape)
     if with_omega:
-        g.omega += noise[k:].reshape(g.omega.shape)
-    return g
+        g.omega[...] = noisy[k:].reshape(g.omega.shape)
+    return g, rel.event
 
 
 # ----------------------------------------------------------------------------------- coordinator half

@@ -62,7 +62,7 @@ from dp_accounting import dp_event
 from dpfed.core import accounting
 from dpfed.algorithms.driver import run_local
 from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
-from dpfed.algorithms.contract import Aggregate, Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
+from dpfed.algorithms.contract import Aggregate, Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Released, Task, TaskRejected
 from dpfed.algorithms.params import EPSILON, Param, ParamTable, arg_type, delta_param
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import DataValidationError, Feature, Schema
@@ -163,27 +163,11 @@ def _optimal_weights(importance: np.ndarray, norm: str) -> np.ndarray:
     return w / w.max()
 
 
-@functools.lru_cache(maxsize=64)
 def gaussian_multiplier(epsilon: float, delta: float) -> float:
-    """Smallest noise multiplier z (to 1e-5 relative) with PLD epsilon(GaussianDpEvent(z), delta) <= epsilon.
-
-    Starts from the analytic Gaussian mechanism (Balle & Wang 2018, via
-    :func:`dpfed.core.mechanisms.gaussian_sigma`), then bisects against the (pessimistic) PLD
-    accountant that the ledger uses, so the charge never exceeds the job's epsilon.
-    """
-    from dpfed.core.mechanisms import gaussian_sigma
-
-    def ok(z: float) -> bool:
-        return accounting.epsilon(dp_event.GaussianDpEvent(z), delta) <= epsilon
-
-    lo = float(gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=1.0, analytic=True)) * 0.999
-    hi = lo * 1.002
-    while not ok(hi):
-        lo, hi = hi, hi * 1.01
-    while hi - lo > 1e-5 * hi:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return hi
+    """Smallest noise multiplier z (to 1e-5 relative) with PLD epsilon(GaussianDpEvent(z), delta) <= epsilon:
+    :func:`dpfed.core.accounting.gaussian_noise_multiplier` (the one calibration, cached), against the
+    (pessimistic) PLD accountant that the ledger uses, so the charge never exceeds the job's epsilon."""
+    return accounting.gaussian_noise_multiplier(epsilon, delta, rtol=1e-5)
 
 
 def _discrete_laplace_var(t: float) -> float:
@@ -347,7 +331,10 @@ class NaiveBayesParty(PartyAlgorithm):
         if task.params or task.arrays:
             raise TaskRejected("the naive Bayes task carries no parameters (its plan is the job spec)")
 
-    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Answer:
+    def task_event(self, spec: JobSpec, task: Task) -> dp_event.DpEvent:
+        return plan_release(spec).event  # the job is this one release
+
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
         from dpfed.core.mechanisms import discrete_laplace, rounded_gaussian
 
         layout = Layout.from_schema(spec.schema)
@@ -361,9 +348,8 @@ class NaiveBayesParty(PartyAlgorithm):
             rel = discrete_laplace(stats, sensitivity=plan.l1, epsilon=spec.epsilon, rng=rng)
         else:
             rel = rounded_gaussian(stats, sensitivity=plan.l2, sigma=plan.noise, rng=rng)
-            if not rel.event.noise_multiplier >= plan.event.noise_multiplier:  # the plan must dominate
-                raise RuntimeError("Gaussian event exceeds the charged plan")
-        return {"stats": np.asarray(rel.value, dtype=np.int64)}
+        # the session checks that rel.event lies within the charged plan before anything leaves
+        return Released({"stats": np.asarray(rel.value, dtype=np.int64)}, (rel.event,))
 
 
 # --------------------------------------------------------------------------- coordinator: model

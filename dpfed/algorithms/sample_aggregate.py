@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from scipy import special, stats
+from scipy import stats
 
 from dp_accounting import dp_event
 
@@ -165,9 +165,8 @@ def smooth_sensitivity(R: np.ndarray, t0: int, beta: float, diameter: float) -> 
 
 def gaussian_sliding_delta(alpha: float, eps: float) -> float:
     """delta of N(0, I) against N(Delta, I) for ||Delta||_2 = alpha at eps (Balle & Wang 2018, Thm 8):
-    Phi(alpha/2 - eps/alpha) - e^eps Phi(-alpha/2 - eps/alpha)."""
-    a, b = alpha / 2 - eps / alpha, -alpha / 2 - eps / alpha
-    return float(max(special.ndtr(a) - math.exp(eps + special.log_ndtr(b)) if b > -40 else special.ndtr(a), 0.0))
+    the Gaussian mechanism of noise multiplier 1/alpha (:func:`dpfed.core.accounting.gaussian_delta`)."""
+    return accounting.gaussian_delta(1.0 / alpha, eps)
 
 
 def gaussian_dilation_delta(lam: float, eps: float, dim: int) -> float:
@@ -203,7 +202,9 @@ class GaussianSmoothParams:
 
 
 def _bisect_max(ok: Callable[[float], bool], lo: float, hi: float, iters: int = 80) -> float:
-    """Largest x in [lo, hi] with ok(x) (ok monotone: true below a threshold); lo must be ok."""
+    """Largest x in [lo, hi] with ok(x) (ok monotone: true below a threshold); lo must be ok. Used only for
+    the dilation bound beta, which is no DpEvent family (every noise multiplier comes from
+    :func:`dpfed.core.accounting.calibrate`)."""
     while ok(hi):
         lo, hi = hi, hi * 2.0
     for _ in range(iters):
@@ -228,7 +229,9 @@ def gaussian_smooth_params(epsilon: float, delta: float, dim: int, *, sliding_sh
         raise ValueError("need epsilon > 0, 0 < delta < 1, dim >= 1 and 0 < sliding_share < 1")
     eps1, eps2 = sliding_share * epsilon, (1 - sliding_share) * epsilon
     d1, d2 = delta / 2, delta / (2 * math.exp(eps1))
-    alpha = _bisect_max(lambda a: gaussian_sliding_delta(a, eps1) <= d1, 1e-9, 1.0)
+    # sliding: the largest shift alpha is 1 / the smallest Gaussian multiplier meeting (eps1, d1)
+    z = accounting.gaussian_noise_multiplier(eps1, d1, accountant="analytic", rtol=1e-12)
+    alpha = float(np.nextafter(1.0 / z, 0.0))
 
     def dil_ok(b: float) -> bool:
         grid = b * np.array([0.25, 0.5, 0.75, 1.0])
@@ -250,6 +253,11 @@ class SmoothRelease:
     sensitivity: float
     index: int
     params: GaussianSmoothParams
+
+    @property
+    def event(self) -> dp_event.DpEvent:
+        """(epsilon, delta) by NRS07 Lemma 2.6 (not a composition: one generic pair)."""
+        return accounting.EpsilonDeltaDpEvent(float(self.params.epsilon), float(self.params.delta))
 
 
 def center_of_attention_release(Z: np.ndarray, *, epsilon: float, delta: float, diameter: float,
@@ -289,6 +297,7 @@ class MeanRelease:
     value: np.ndarray
     noise_std: float
     l2_sensitivity: float
+    event: dp_event.DpEvent = dp_event.NoOpDpEvent()  # the Gaussian mechanism's, GaussianDpEvent(z)
 
 
 def clamped_mean_release(Z: np.ndarray, *, lower: np.ndarray, upper: np.ndarray, noise_multiplier: float,
@@ -305,14 +314,13 @@ def clamped_mean_release(Z: np.ndarray, *, lower: np.ndarray, upper: np.ndarray,
     rel = gaussian(Z.mean(axis=0), sensitivity=sens, noise_multiplier=noise_multiplier, rng=rng)
     std = float(rel.details["sigma"])
     value = np.clip(rel.value, lower, upper)
-    return MeanRelease(value=value, noise_std=std, l2_sensitivity=sens)
+    return MeanRelease(value=value, noise_std=std, l2_sensitivity=sens, event=rel.event)
 
 
-@functools.lru_cache(maxsize=128)
 def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
     """Smallest z meeting PLD epsilon <= ``epsilon`` at ``delta`` for one Gaussian release
-    (:func:`dpfed.core.accounting.calibrate_noise_multiplier` with q = 1, T = 1)."""
-    return accounting.calibrate_noise_multiplier(epsilon, delta, 1.0, 1)
+    (the one calibration, :func:`dpfed.core.accounting.gaussian_noise_multiplier`)."""
+    return accounting.gaussian_noise_multiplier(epsilon, delta, rtol=1e-4)
 
 
 def sample_and_aggregate(X: np.ndarray, estimator: Callable[[np.ndarray, int], np.ndarray], *, blocks: int,

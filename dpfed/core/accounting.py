@@ -250,7 +250,7 @@ def _pure_epsilon(ev: DpEvent) -> Fraction | None:
     """The exact pure-DP epsilon of a pure mechanism's event (None: not pure or unknown)."""
     if isinstance(ev, dp_accounting.LaplaceDpEvent) and ev.noise_multiplier > 0:
         return 1 / Fraction(ev.noise_multiplier)
-    if isinstance(ev, dp_accounting.DiscreteLaplaceDpEvent):
+    if isinstance(ev, _dp_event_module.DiscreteLaplaceDpEvent):
         return Fraction(ev.noise_parameter) * int(ev.sensitivity)
     if isinstance(ev, EpsilonDeltaDpEvent) and ev.delta == 0:
         return Fraction(ev.epsilon)
@@ -266,7 +266,7 @@ def dominated(got: DpEvent, planned: DpEvent) -> bool:
     if event_to_json(got) == event_to_json(planned):
         return True
     G, P = type(got), type(planned)
-    if P is EpsilonDeltaDpEvent or (P is dp_accounting.DiscreteLaplaceDpEvent and planned.sensitivity == 1):
+    if P is EpsilonDeltaDpEvent or (P is _dp_event_module.DiscreteLaplaceDpEvent and planned.sensitivity == 1):
         eps = _pure_epsilon(got)
         if eps is not None and eps <= _pure_epsilon(planned if P is not EpsilonDeltaDpEvent
                                                     else EpsilonDeltaDpEvent(planned.epsilon, 0.0)):
@@ -277,7 +277,7 @@ def dominated(got: DpEvent, planned: DpEvent) -> bool:
         return False
     if G is dp_accounting.GaussianDpEvent or G is dp_accounting.LaplaceDpEvent:
         return got.noise_multiplier >= planned.noise_multiplier
-    if G is dp_accounting.DiscreteLaplaceDpEvent:
+    if G is _dp_event_module.DiscreteLaplaceDpEvent:
         return got.noise_parameter <= planned.noise_parameter and got.sensitivity <= planned.sensitivity
     if G is DiscreteGaussianDpEvent:
         return got.sigma >= planned.sigma and got.sensitivity <= planned.sensitivity

@@ -38,7 +38,7 @@ import numpy as np
 from dp_accounting import DpEvent
 
 from dpfed.algorithms.secure_noise import is_secure
-from dpfed.algorithms.contract import Algorithm, Answer, JobSpec, PartyAlgorithm, Released, Task, TaskRejected
+from dpfed.algorithms.contract import Algorithm, Answer, JobSpec, PartyAlgorithm, Task, TaskRejected, released_arrays
 from dpfed.algorithms.params import validate
 from dpfed.core import accounting
 from dpfed.core.ledger import AnswerConflictError, BudgetExceededError, BudgetLedger, JobConflictError
@@ -267,9 +267,10 @@ class PartySession:
                       job, task.round, type(exc).__name__)
             raise TaskError(f"the party failed to compute its answer ({type(exc).__name__}; "
                             "see the party's log)") from None
-        arrays = out.arrays if isinstance(out, Released) else out
-        if isinstance(out, Released) and planned is not None:
-            _check_within(out.events, planned, task)
+        try:
+            arrays = released_arrays(self.half, task, out, planned)
+        except TaskRejected as exc:
+            raise TaskError(str(exc)) from None
         _check_finite(arrays)
         return self.durable(int(task.round), digest, arrays)
 
@@ -290,15 +291,6 @@ class PartySession:
         if stored is None or hashlib.sha256(stored.data).hexdigest() != stored.answer_digest:
             raise TaskError("internal error: the stored answer does not match its digest; nothing was sent")
         return unpack_answer(stored.data)
-
-
-def _check_within(events: Sequence[DpEvent], planned: DpEvent, task: Task) -> None:
-    """Every event an answer reports must appear in the round's planned event (as a multiset)."""
-    got, plan = accounting.flatten(list(events)), accounting.flatten([planned])
-    extra = got - plan
-    if extra:
-        raise TaskError(f"internal error: the answer to round {task.round} would spend outside the charged "
-                        f"plan ({sum(extra.values())} unplanned release(s)); nothing was sent")
 
 
 def _check_finite(arrays: Answer) -> None:

@@ -178,7 +178,8 @@ def test_step_noise_scale(noise: str, parties: int) -> None:
     party.answer(spec, Task(spec.job_id, 0, "init"), Z, y, rng)
     draws = []
     for t in range(1, 41):
-        a = party.answer(spec, Task(spec.job_id, t, "step", arrays={"prototypes": W, "omega": coord.omega}), Z, y, rng)
+        a = party.answer(spec, Task(spec.job_id, t, "step", arrays={"prototypes": W, "omega": coord.omega}), Z, y,
+                         rng).arrays
         draws += [a["grad_prototypes"].ravel(), a["grad_omega"].ravel()]
     sd = np.concatenate(draws).std()
     want = spec.params["noise_multiplier"] * spec.params["clip"] / (math.sqrt(parties) if noise == "distributed" else 1)

@@ -66,7 +66,9 @@ def _answer_parts(token, msg, spec, half, rng, X, **override):
     half.check_task(spec, task)
     ids = _ids(token, msg.job_id, msg.round, msg.task_id)
     ids.update(override)
-    return [pb.ResultPart(**ids, chunks=list(encode_arrays(half.answer(spec, task, X, None, rng))), last=True)]
+    out = half.answer(spec, task, X, None, rng)
+    arrays = getattr(out, "arrays", out)  # built-ins return Released(arrays, events)
+    return [pb.ResultPart(**ids, chunks=list(encode_arrays(arrays)), last=True)]
 
 
 def test_ids_replays_and_duplicates(net):
