@@ -39,7 +39,7 @@ from scipy.optimize import linear_sum_assignment
 
 from dpfed.core import accounting
 from dpfed.algorithms.estimator import EstimatorParams
-from dpfed.algorithms.contract import (Aggregate, Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm,
+from dpfed.algorithms.contract import (Aggregate, Algorithm, CoordinatorAlgorithm, JobSpec, PartyAlgorithm,
                                        Released, Task, TaskRejected, stack_combine)
 from dpfed.algorithms.params import EPSILON, MEMORY_CAP_BYTES, Param, ParamTable, arg_type, delta_param
 from dpfed.core.clipping import clamp

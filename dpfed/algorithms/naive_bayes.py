@@ -62,7 +62,7 @@ from dp_accounting import dp_event
 from dpfed.core import accounting
 from dpfed.algorithms.driver import run_local
 from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
-from dpfed.algorithms.contract import Aggregate, Algorithm, Answer, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Released, Task, TaskRejected
+from dpfed.algorithms.contract import Aggregate, Algorithm, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Released, Task, TaskRejected
 from dpfed.algorithms.params import EPSILON, Param, ParamTable, arg_type, delta_param
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import DataValidationError, Feature, Schema

@@ -268,21 +268,21 @@ def dominated(got: DpEvent, planned: DpEvent) -> bool:
     G, P = type(got), type(planned)
     if P is EpsilonDeltaDpEvent or (P is _dp_event_module.DiscreteLaplaceDpEvent and planned.sensitivity == 1):
         eps = _pure_epsilon(got)
-        if eps is not None and eps <= _pure_epsilon(planned if P is not EpsilonDeltaDpEvent
-                                                    else EpsilonDeltaDpEvent(planned.epsilon, 0.0)):
+        cap = Fraction(planned.epsilon) if P is EpsilonDeltaDpEvent else _pure_epsilon(planned)
+        if eps is not None and cap is not None and eps <= cap:
             return True
         if P is EpsilonDeltaDpEvent and G is EpsilonDeltaDpEvent:
-            return got.epsilon <= planned.epsilon and got.delta <= planned.delta
+            return bool(got.epsilon <= planned.epsilon and got.delta <= planned.delta)
     if G is not P:
         return False
     if G is dp_accounting.GaussianDpEvent or G is dp_accounting.LaplaceDpEvent:
-        return got.noise_multiplier >= planned.noise_multiplier
+        return bool(got.noise_multiplier >= planned.noise_multiplier)
     if G is _dp_event_module.DiscreteLaplaceDpEvent:
-        return got.noise_parameter <= planned.noise_parameter and got.sensitivity <= planned.sensitivity
+        return bool(got.noise_parameter <= planned.noise_parameter and got.sensitivity <= planned.sensitivity)
     if G is DiscreteGaussianDpEvent:
-        return got.sigma >= planned.sigma and got.sensitivity <= planned.sensitivity
+        return bool(got.sigma >= planned.sigma and got.sensitivity <= planned.sensitivity)
     if G is dp_accounting.PoissonSampledDpEvent:
-        return got.sampling_probability == planned.sampling_probability and dominated(got.event, planned.event)
+        return bool(got.sampling_probability == planned.sampling_probability and dominated(got.event, planned.event))
     return False
 
 

@@ -441,7 +441,7 @@ def gaussian(value: ArrayLike, *, sensitivity: float, rng: SecureRNG, sigma: flo
     noisy = _checked_add(ints, sample_rounded_gaussian(sigma_grid, x.shape, rng))
     out = _from_grid(noisy, k)
     if noise_multiplier is not None:  # sigma_grid = _up(z sens_grid) >= z sens_grid in real numbers
-        event = dp_event.GaussianDpEvent(noise_multiplier=float(planned_z))
+        event = dp_event.GaussianDpEvent(noise_multiplier=float(noise_multiplier if planned_z is None else planned_z))
     else:
         event = dp_event.GaussianDpEvent(noise_multiplier=_down(sigma_grid / sens_grid))
     details = {"grid_bits": k, "sensitivity_on_grid": sens_grid, "sigma": sigma,

@@ -26,7 +26,7 @@ import pytest
 from dp_accounting.dp_event import DiscreteLaplaceDpEvent
 from dp_accounting.pld import pld_privacy_accountant
 
-from dpfed.algorithms import kmeans, lvq, naive_bayes
+from dpfed.algorithms import lvq
 from dpfed.algorithms.contract import Aggregate, JobSpec, Released
 from dpfed.algorithms.driver import drive
 from dpfed.algorithms.registry import get_algorithm
@@ -60,7 +60,7 @@ def _largest(ok, lo: float, hi: float, rtol: float = 1e-6) -> float:
     return lo
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _gauss_z(eps: float, delta: float) -> float:
     """Smallest z with one GaussianDpEvent(z) (eps, delta)-DP under PLD: 1 / largest 1/z."""
     z0 = math.sqrt(2 * math.log(1.25 / delta)) / eps  # classic Gaussian: a bracket [z0 / 4, 4 z0]
@@ -92,7 +92,7 @@ def _same_event(a: dpa.DpEvent, b: dpa.DpEvent, rel: float) -> None:
 
     ca, cb = canon(a), canon(b)
     assert [(c, n) for c, _, n in ca] == [(c, n) for c, _, n in cb], (ca, cb)
-    for (_, pa, _), (_, pb, _) in zip(ca, cb):
+    for (_, pa, _), (_, pb, _) in zip(ca, cb, strict=True):
         assert pa == pytest.approx(pb, rel=rel), (ca, cb)
 
 
@@ -224,9 +224,9 @@ def _run(tmp_path, spec, X, y, parties, wrap=None):
     for s in sessions:
         inner = s.half.answer
 
-        def answer(spec_, task, X_, y_, rng, inner=inner):
+        def answer(spec_, task, X_, y_, rng, inner=inner, half=s.half):
             out = inner(spec_, task, X_, y_, rng)
-            seen.append((task, s.half.task_event(spec_, task), out.events if isinstance(out, Released) else None))
+            seen.append((task, half.task_event(spec_, task), out.events if isinstance(out, Released) else None))
             return wrap(task, out) if wrap else out
 
         s.half.answer = answer
