@@ -140,8 +140,10 @@ class PartyWorker:
     def spent(self) -> dict[str, float]:
         return {p.name: p.ledger.spent(self.spec.job_id) for p in self.parties}
 
-    def peak_rss(self) -> int:
-        return peak_rss_bytes()
+    def usage(self) -> tuple[int, float]:
+        """Peak RSS (bytes) and CPU seconds (user + system) of this worker process so far."""
+        t = os.times()
+        return peak_rss_bytes(), t.user + t.system
 
     def close(self) -> None:
         for p in self.parties:
@@ -223,6 +225,7 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
                 raise st["error"]
             for name, reason, budget in st["refusals"]:
                 _raise_refusal(spec, name, reason, budget)
+        usage0 = ray.get([w.usage.remote() for w in pool])
         coord = algo.coordinator(spec, names)
 
         partials: list[int] = []
@@ -245,11 +248,13 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
         for part in ray.get([w.spent.remote() for w in pool]):
             spent.update(part)
         final = ray.get([w.status.remote() for w in pool])
+        usage = ray.get([w.usage.remote() for w in pool])
         info = {"workers": n, "nodes": sorted({st["node"] for st in final}),
                 "worker_nodes": [st["node"] for st in final],
                 "restarted_workers": sum(bool(st["restarted"]) for st in final),
                 "max_partials_per_round": max(partials, default=0),
-                "worker_peak_rss": ray.get([w.peak_rss.remote() for w in pool]),
+                "worker_peak_rss": [u[0] for u in usage], "worker_cpu_seconds": [u[1] for u in usage],
+                "worker_cpu_seconds_in_rounds": [u[1] - u0[1] for u, u0 in zip(usage, usage0, strict=True)],
                 "durable_ledgers": durable}
         return SimulationResult(model=coord.model(), summary=coord.summary(), epsilon_spent=max(spent.values()),
                                 party_epsilon={k: spent[k] for k in names}, rounds=rounds,

@@ -71,7 +71,7 @@ class NoisyMeanParty(PartyAlgorithm):
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Answer:
         rounds, width, _ = _shape(spec)
         sums = _scaled(X, spec.schema).sum(axis=0) if len(X) else np.zeros(spec.schema.n_features)
-        vec = np.concatenate([[float(len(X))], np.resize(sums, width)])
+        vec = np.concatenate([[float(len(X))], np.tile(sums, -(-width // max(sums.size, 1)))[:width]])
         return {"sum": vec + _laplace(rng, (1 + width) * rounds / spec.epsilon, vec.size)}
 
 
