@@ -322,6 +322,7 @@ def main() -> int:
     ap.add_argument("--skip-flower", action="store_true")
     ap.add_argument("--skip-mnist", action="store_true")
     ap.add_argument("--cell", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--render-from", metavar="MD", help="re-render the tables from the raw cells of an earlier scale.md")
     args = ap.parse_args()
     if args.cell:
         kind, rest = args.cell[0], args.cell[1:]
@@ -336,62 +337,81 @@ def main() -> int:
         print(json.dumps(res))
         return 0
 
-    results = []
-    rows = ["| measurement | in process | Ray pool (2 workers) | load avg (1 min) |", "|---|---|---|---|"]
-    for p in [int(x) for x in args.parties.split(",")]:
-        cells = {b: _run_cell(["round", b, str(p), str(args.rounds)]) for b in ("inproc", "ray")}
-        results += list(cells.values())
-
-        def fmt(c: dict) -> str:
-            if "error" in c:
-                return f"error: {c['error']}"
-            return f"{c['seconds_per_round']:.3f} s/round ({1 / c['seconds_per_round']:.1f} rounds/s), {_gib(c['peak_pss_bytes'])}"
-
-        loads = "/".join(f"{c.get('load_before', float('nan')):.1f}" for c in cells.values())
-        rows.append(f"| d = 10^4 round, {p} parties | {fmt(cells['inproc'])} | {fmt(cells['ray'])} | {loads} |")
-        print(rows[-1], flush=True)
-    st = {b: _run_cell(["startup", b, "8"]) for b in ("inproc", "ray")}
-    results += list(st.values())
-    if all("error" not in c for c in st.values()):
-        rows.append(f"| whole 8-party naive Bayes job (Adult), start-up included | {st['inproc']['wall']:.2f} s | "
-                    f"{st['ray']['wall']:.2f} s (overhead {st['ray']['wall'] - st['inproc']['wall']:.2f} s) | "
-                    f"{st['inproc']['load_before']:.1f}/{st['ray']['load_before']:.1f} |")
+    if args.render_from:  # re-render the table from the raw cells of an earlier run (no measuring)
+        text = Path(args.render_from).read_text()
+        raw = text.split("```")[1]
+        results = [json.loads(line) for line in raw.splitlines() if line.startswith("{")]
+        cmd = next((ln.split("command: ", 1)[1] for ln in text.splitlines() if "command: " in ln), "?")
     else:
-        rows.append(f"| start-up, 8 parties | {st['inproc']} | {st['ray']} | |")
-    print(rows[-1], flush=True)
-    if not args.skip_mnist:
-        m = _run_cell(["mnist", str(args.mnist_parties), str(args.mnist_epochs)])
-        results.append(m)
-        if "error" in m:
-            rows.append(f"| MNIST GLVQ, {args.mnist_parties} parties | | error: {m['error']} | |")
-        else:
-            rows.append(f"| MNIST GLVQ (d = 7,840), {args.mnist_parties} parties, {m['epochs']:g} epochs = {m['rounds']} "
-                        f"rounds measured | | {m['wall']:.1f} s wall, {m['seconds_per_round']:.3f} s/round, start-up "
-                        f"{m['startup']:.1f} s, {_gib(m['peak_pss_bytes'])}, test accuracy {m['test_accuracy']:.3f} | "
-                        f"{m['load_before']:.1f} |")
-            rows.append(f"| MNIST GLVQ whole job, 50 epochs = {m['full_rounds']} rounds (**extrapolated**) | | "
-                        f"{m['full_wall_extrapolated'] / 60:.0f} min | |")
-        print(rows[-2:], flush=True)
-    if not args.skip_flower:
-        f = flower_cell(args.flower_parties, min(args.rounds, 5))
-        results.append(f)
-        if "error" in f:
-            rows.append(f"| Flower {f.get('flwr', '')} Ray simulation, {args.flower_parties} clients | | error: "
-                        f"{f['error']} | |")
-        else:
-            rows.append(f"| Flower {f['flwr']} Ray simulation, {f['parties']} clients, same numpy round, {f['rounds']} "
-                        f"rounds | | {f['seconds_per_round']:.3f} s/round, {_gib(f['peak_pss_bytes'])}, "
-                        f"whole run {f['wall']:.1f} s | {f['load_before']:.1f} |")
-        print(rows[-1], flush=True)
-    cmd = "python bench/bench_scale.py " + " ".join(sys.argv[1:])
-    text = "\n".join(["# Many parties: Ray worker pool vs in process", "", *rows, "",
-                      f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other jobs (load averages "
-                      f"in the table, before each cell); Python {platform.python_version()}; command: {cmd}", "",
-                      "Raw cells:", "", "```", *[json.dumps(r) for r in results], "```", ""])
-    out = ROOT / "bench" / "results" / "scale.md"
-    out.write_text(text)
+        results = []
+        for p in [int(x) for x in args.parties.split(",")]:
+            for b in ("inproc", "ray"):
+                results.append(_run_cell(["round", b, str(p), str(args.rounds)]))
+                print(json.dumps(results[-1]), flush=True)
+        for b in ("inproc", "ray"):
+            results.append(_run_cell(["startup", b, "8"]))
+        if not args.skip_mnist:
+            results.append(_run_cell(["mnist", str(args.mnist_parties), str(args.mnist_epochs)]))
+        if not args.skip_flower:
+            results.append(flower_cell(args.flower_parties, min(args.rounds, 5)))
+        cmd = "python bench/bench_scale.py " + " ".join(sys.argv[1:])
+    text = render(results, cmd)
+    (ROOT / "bench" / "results" / "scale.md").write_text(text)
     print(text)
     return 0
+
+
+def render(results: list[dict], cmd: str) -> str:
+    """The markdown note: tables from the cells, then the raw cells."""
+    def cpu(c: dict) -> str:
+        if c["backend"] == "inproc":
+            return f"{c['driver_cpu_per_round']:.3f} s"
+        return f"{max(c['worker_cpu_per_round']):.3f} s busiest worker + {c['driver_cpu_per_round']:.3f} s driver"
+
+    rows = ["| parties | backend | wall per round (rounds/s) | CPU per round | peak memory (PSS) | partials at the driver | load avg |",
+            "|---|---|---|---|---|---|---|"]
+    for c in results:
+        if c.get("cell") != "round":
+            continue
+        if "error" in c:
+            rows.append(f"| {c['args'][2]} | {c['args'][1]} | error: {c['error']} | | | | |")
+            continue
+        rows.append(f"| {c['parties']} | {'Ray pool, ' + str(c['workers']) + ' workers' if c['backend'] == 'ray' else 'in process'} "
+                    f"| {c['seconds_per_round']:.3f} s ({1 / c['seconds_per_round']:.1f}) | {cpu(c)} | "
+                    f"{_gib(c['peak_pss_bytes'])} | {c.get('partials_per_round', c['parties'])} | {c['load_before']:.1f} |")
+    for f in (c for c in results if c.get("cell") == "flower"):
+        if "error" in f:
+            rows.append(f"| {f.get('parties', '?')} | Flower Ray simulation | error: {f['error']} | | | | |")
+        else:
+            rows.append(f"| {f['parties']} | Flower {f['flwr']} Ray simulation ({f['rounds']} rounds, whole run "
+                        f"{f['wall']:.0f} s) | {f['seconds_per_round']:.3f} s ({1 / f['seconds_per_round']:.2f}) | | "
+                        f"{_gib(f['peak_pss_bytes'])} | {f['parties']} | {f['load_before']:.1f} |")
+    other = ["| measurement | result | load avg |", "|---|---|---|"]
+    st = {c["backend"]: c for c in results if c.get("cell") == "startup"}
+    if len(st) == 2 and all("error" not in c for c in st.values()):
+        other.append(f"| whole 8-party naive Bayes job on Adult, start-up included: in process / Ray (local Ray started "
+                     f"and stopped) | {st['inproc']['wall']:.2f} s / {st['ray']['wall']:.2f} s: Ray's overhead "
+                     f"{st['ray']['wall'] - st['inproc']['wall']:.1f} s (accuracy {st['ray']['accuracy']:.3f} both: "
+                     f"{st['inproc']['accuracy'] == st['ray']['accuracy']}) | {st['ray']['load_before']:.1f} |")
+    elif st:
+        other.append(f"| start-up, 8 parties | {list(st.values())} | |")
+    for m in (c for c in results if c.get("cell") == "mnist"):
+        if "error" in m:
+            other.append(f"| MNIST GLVQ | error: {m['error']} | |")
+            continue
+        other.append(f"| MNIST GLVQ (d = 7,840), {m['parties']} parties on the Ray pool: {m['epochs']:g} epochs = "
+                     f"{m['rounds']} rounds measured | {m['wall']:.0f} s wall: start-up {m['startup']:.0f} s + "
+                     f"{m['seconds_per_round']:.2f} s per round; peak memory {_gib(m['peak_pss_bytes'])} (driver RSS "
+                     f"{_gib(m['driver_peak_rss'])}) | {m['load_before']:.1f} |")
+        other.append(f"| MNIST GLVQ whole job, E = 50 epochs = {m['full_rounds']} rounds, **extrapolated** from the line "
+                     f"above (not run) | {m['full_wall_extrapolated'] / 60:.0f} min | |")
+    return "\n".join(["# Many parties: Ray worker pool vs in process (bench/bench_scale.py)", "",
+                      "Answers of d = 10^4 float64s per party per round (`noisy-mean`: Laplace noise from the "
+                      "ChaCha20 keystream, every answer recorded in the party's ledger), 20 rounds:", "", *rows, "",
+                      *other, "",
+                      f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other jobs (1-minute load "
+                      f"average before each cell in the tables); Python {platform.python_version()}; command: {cmd}",
+                      "", "Raw cells:", "", "```", *[json.dumps(r) for r in results], "```", ""])
 
 
 if __name__ == "__main__":
