@@ -35,6 +35,7 @@ import numpy as np
 
 from dpfed.algorithms.contract import Aggregate, JobSpec, Task
 from dpfed.algorithms.driver import drive
+from dpfed.algorithms.secure_noise import is_secure
 from dpfed.core.errors import DpfedError
 from dpfed.core.ledger import BudgetExceededError
 from dpfed.federation.plugins import load_algorithm
@@ -186,6 +187,9 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
     t0 = time.perf_counter()
     if cpus_per_worker <= 0:
         raise ValueError("cpus_per_worker must be > 0")
+    if is_secure(spec.params):
+        raise ValueError("secure aggregation does not run on the Ray pool yet (its rounds need per-party tasks "
+                         "and masked sums in the workers); use run_inprocess or the gRPC simulation")
     names = list(party_names) if party_names is not None else [f"party-{i}" for i in range(len(party_data))]
     if len(names) != len(party_data) or not names:
         raise ValueError("one name per party, and at least one party")
