@@ -73,6 +73,7 @@ from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.lvq_model import GradientSum, clipped_gradient_rows, clipped_gradient_sum, predict, rescale
 from dpfed.algorithms.params import EPSILON, MEMORY_CAP_BYTES, Param, ParamTable, arg_type, delta_param
 from dpfed.core import distributed_noise as dn
+from dpfed.core.clipping import clamp
 from dpfed.core.rng import SecureRNG
 from dpfed.core.mechanisms import discrete_laplace, float_gaussian, gaussian, laplace, rounded_gaussian
 from dpfed.data.schema import DataValidationError, Schema
@@ -762,7 +763,7 @@ class _DPLVQBase(EstimatorParams, ClassifierScore):
             lo = np.broadcast_to(np.asarray(self.bounds[0], dtype=float), (X.shape[1],))
             hi = np.broadcast_to(np.asarray(self.bounds[1], dtype=float), (X.shape[1],))
         schema = Schema.numeric_box(X.shape[1], lo, hi, n_classes=len(classes))
-        X = np.clip(X, lo, hi)
+        X = clamp(X, lo, hi)
         params = {k: v for k, v in self.get_params().items()
                   if k not in ("bounds", "classes", "random_state", "epsilon", "delta")}
         params.update(epsilon=float(self.epsilon) if private else 1.0, delta=float(self.delta), private=private,

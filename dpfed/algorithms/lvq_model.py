@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpfed.core.clipping import clamp, l2_clip_factors
+
 __all__ = ["rescale", "distances", "batch_terms", "clipped_gradient_sum", "clipped_gradient_rows",
            "per_sample_gradients_naive", "cost", "predict", "GradientSum"]
 
@@ -30,7 +32,7 @@ __all__ = ["rescale", "distances", "batch_terms", "clipped_gradient_sum", "clipp
 def rescale(X: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
     """Map records from the public box [lower, upper] into [-1, 1]^d (values outside are clamped)."""
     Z = (2.0 * (np.asarray(X, dtype=np.float64) - lower) / (upper - lower)) - 1.0
-    return np.clip(Z, -1.0, 1.0, out=Z)
+    return clamp(Z, -1.0, 1.0, out=Z, allow_infinite=True)
 
 
 def _project(X: np.ndarray, omega: np.ndarray | None) -> np.ndarray:
@@ -142,7 +144,7 @@ def clipped_gradient_sum(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.nda
     if clip is None:
         s = np.ones(B)
     else:
-        s = np.minimum(1.0, clip / np.maximum(norms, 1e-300))
+        s = l2_clip_factors(norms, clip)
     cp, cm = -2.0 * s * t.ap, -2.0 * s * t.am
     # scatter-add the scaled prototype gradients with one (K x B) @ (B x d) product per side
     M = np.zeros((K, 2 * B))
@@ -205,7 +207,7 @@ def clipped_gradient_rows(X: np.ndarray, y: np.ndarray, W: np.ndarray, wl: np.nd
         gO = rows[:, K * d:].reshape((B,) + omega.shape)
         gO += np.einsum("b,br,bd->brd", 2.0 * t.ap, t.Up, t.Vp) + np.einsum("b,br,bd->brd", 2.0 * t.am, t.Um, t.Vm)
     norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-    rows *= np.minimum(1.0, clip / np.maximum(norms, 1e-300))[:, None]
+    rows *= l2_clip_factors(norms, clip)[:, None]
     return rows
 
 

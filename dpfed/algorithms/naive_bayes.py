@@ -64,6 +64,7 @@ from dpfed.algorithms.driver import run_local
 from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
 from dpfed.algorithms.contract import Aggregate, Algorithm, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Released, Task, TaskRejected
 from dpfed.algorithms.params import EPSILON, Param, ParamTable, arg_type, delta_param
+from dpfed.core.clipping import clamp
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import DataValidationError, Feature, Schema
 
@@ -287,7 +288,7 @@ def _block_statistics(X: np.ndarray, y: np.ndarray, layout: Layout, weights: np.
         zs, zq = Z[f], Z[p + f]
         np.multiply(X[:, col], ws / half, out=zs)
         zs -= ws * (layout.lower[f] / half + 1.0)
-        np.clip(zs, -ws, ws, out=zs)         # Inf is clamped like any out-of-bound value
+        clamp(zs, -ws, ws, out=zs, allow_infinite=True)  # Inf is clamped like any out-of-bound value
         np.square(zs, out=zq)
         zq *= wq / (ws * ws)
         np.rint(zq, out=zq)

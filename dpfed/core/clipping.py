@@ -12,7 +12,10 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["clip_rows_l2", "clamp", "count_sensitivity", "sum_sensitivity", "mean_sensitivity"]
+__all__ = ["clip_rows_l2", "l2_clip_factors", "clamp", "count_sensitivity", "sum_sensitivity", "mean_sensitivity"]
+
+#: Clipped rows land this much (relative) inside the ball, so rounding in a later norm stays <= C.
+_SHRINK = 1.0 - 2.0**-50
 
 
 def _finite(x: ArrayLike, name: str) -> np.ndarray:
@@ -33,27 +36,50 @@ def clip_rows_l2(X: ArrayLike, max_norm: float) -> tuple[np.ndarray, np.ndarray]
     if not math.isfinite(c) or c <= 0:
         raise ValueError("max_norm must be a positive finite number")
     norms = np.sqrt(np.einsum("ij,ij->i", X, X))
-    factor = np.ones_like(norms)
-    over = norms > c
-    # shrink by 2^-50 relative so that rounding in any later norm computation stays <= c
-    factor[over] = c / norms[over] * (1.0 - 2.0**-50)
-    out = X * factor[:, None]
+    out = X * l2_clip_factors(norms, c)[:, None]
     return out, norms
 
 
-def clamp(X: ArrayLike, lower: ArrayLike, upper: ArrayLike) -> np.ndarray:
-    """Clamp ``X`` to public bounds ``[lower, upper]`` (scalars or one bound per column)."""
-    X = _finite(X, "X")
+def l2_clip_factors(norms: ArrayLike, max_norm: float) -> np.ndarray:
+    """Per-record factors min(1, C / ||g||) that put every record's vector inside the L2 ball of
+    radius C (Abadi et al. 2016, Alg. 1), from the norms alone: DP-SGD with ghost norms computes
+    ``||g||`` without materialising g. Vectors already inside get exactly 1; clipped ones land a
+    relative 2^-50 inside; an infinite norm gets 0. Never raises on the norms (they come from
+    records, so an error here would depend on the data): a NaN or negative norm gets 0 too."""
+    c = float(max_norm)
+    if not math.isfinite(c) or c <= 0:
+        raise ValueError("max_norm must be a positive finite number")
+    n = np.asarray(norms, dtype=np.float64)
+    over = n > c
+    factors: np.ndarray = np.ones_like(n)
+    factors[over] = c / n[over] * _SHRINK
+    factors[~(n >= 0)] = 0.0  # NaN or negative: nothing of that vector is kept
+    return factors
+
+
+def clamp(X: ArrayLike, lower: ArrayLike, upper: ArrayLike, *, out: np.ndarray | None = None,
+          allow_infinite: bool = False) -> np.ndarray:
+    """Clamp ``X`` to public bounds ``[lower, upper]`` (scalars or one bound per column).
+
+    ``out`` clamps in place (a float64 array, e.g. ``out=X``: no copy on a hot path). With
+    ``allow_infinite`` an infinite value is clamped like any other out-of-bound value and a NaN is
+    left as it is, for callers that deal with NaN themselves; otherwise non-finite input raises.
+    """
     lo = _finite(lower, "lower")
     hi = _finite(upper, "upper")
     if np.any(lo > hi):
         raise ValueError("every lower bound must be <= its upper bound")
     if lo.ndim > 1 or hi.ndim > 1:
         raise ValueError("bounds must be scalars or 1-D (one per column)")
+    arr = np.asarray(X, dtype=np.float64) if allow_infinite else _finite(X, "X")
     for b in (lo, hi):
-        if b.ndim == 1 and (X.ndim == 0 or b.size != X.shape[-1]):
+        if b.ndim == 1 and (arr.ndim == 0 or b.size != arr.shape[-1]):
             raise ValueError("per-column bounds need one entry per column of X")
-    clamped: np.ndarray = np.clip(X, lo, hi)
+    if out is not None:
+        if out.dtype != np.float64 or out.shape != arr.shape:
+            raise ValueError("out must be a float64 array of X's shape")
+        return np.clip(arr, lo, hi, out=out)
+    clamped: np.ndarray = np.clip(arr, lo, hi)
     return clamped
 
 

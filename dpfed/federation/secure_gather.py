@@ -15,7 +15,8 @@ the algorithm skips (``skip_aborted``, the default), or raises :class:`RoundAbor
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -136,7 +137,8 @@ class SecureGather:
         return {"secure_aggregation": True, "bits": self.params.bits,
                 "bits_per_round": sorted(self.bits), "survivors_min": self.params.min_survivors,
                 "colluders": self.params.colluders, "dropped_rounds": self.dropped_rounds,
-                "dropouts": self.dropouts, "aborted_rounds": self.aborted_rounds, "survivors_observed_min": self.survivors_seen_min}
+                "dropouts": self.dropouts, "aborted_rounds": self.aborted_rounds,
+                "survivors_observed_min": self.survivors_seen_min}
 
 
 def _from(name: str, envs: list[sa.Envelope]) -> list[sa.Envelope]:

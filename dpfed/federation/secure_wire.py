@@ -9,7 +9,7 @@ No proto change. Both the party session and the coordinator's :class:`SecureGath
 from __future__ import annotations
 
 import hashlib
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -92,7 +92,7 @@ def adverts_from_arrays(arrays: Mapping[str, np.ndarray], job_id: str, round_: i
     cols = [unpack_blobs(arrays[k], arrays[k + "_len"]) for k in ("c_pk", "s_pk", "cert", "sig")]
     if any(len(c) != len(who) for c in cols):
         raise ValueError("advert arrays disagree in length")
-    return [sa.KeyAdvert(job_id, round_, n, c, s, cert, sig) for n, c, s, cert, sig in zip(who, *cols)]
+    return [sa.KeyAdvert(job_id, round_, n, c, s, cert, sig) for n, c, s, cert, sig in zip(who, *cols, strict=True)]
 
 
 def envelopes_to_arrays(envs: Sequence[sa.Envelope], roster: Sequence[str]) -> Answer:
@@ -109,7 +109,7 @@ def envelopes_from_arrays(arrays: Mapping[str, np.ndarray], job_id: str, round_:
     nonces, cts = unpack_blobs(a["nonce"], a["nonce_len"]), unpack_blobs(a["ct"], a["ct_len"])
     if not len(snd) == len(rcv) == len(nonces) == len(cts):
         raise ValueError("envelope arrays disagree in length")
-    return [sa.Envelope(job_id, round_, s, r, n, c) for s, r, n, c in zip(snd, rcv, nonces, cts)]
+    return [sa.Envelope(job_id, round_, s, r, n, c) for s, r, n, c in zip(snd, rcv, nonces, cts, strict=True)]
 
 
 def _word(bits: int) -> np.dtype:
@@ -145,7 +145,7 @@ def unmask_from_arrays(arrays: Mapping[str, np.ndarray], job_id: str, round_: in
     b, s = unpack_blobs(arrays["b"], arrays["b_len"]), unpack_blobs(arrays["s"], arrays["s_len"])
     if len(b) != len(bw) or len(s) != len(sw):
         raise ValueError("unmask arrays disagree in length")
-    return sa.UnmaskResponse(job_id, round_, name, dict(zip(bw, b)), dict(zip(sw, s)))
+    return sa.UnmaskResponse(job_id, round_, name, dict(zip(bw, b, strict=True)), dict(zip(sw, s, strict=True)))
 
 
 def inner_task(task: Task) -> Task:

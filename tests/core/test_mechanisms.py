@@ -344,3 +344,28 @@ def test_clamp_and_sensitivities():
     # the mean bound really holds for add/remove with a public lower bound n on the size
     data = np.array([0.0] * 100)
     assert abs(np.mean(np.append(data, 10.0)) - np.mean(data)) <= clipping.mean_sensitivity(0, 10, 100)
+
+
+def test_l2_clip_factors_put_every_vector_inside_the_ball_and_never_raise():
+    from dpfed.core.clipping import clip_rows_l2, l2_clip_factors
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(500, 7)) * rng.choice([0.01, 1.0, 1e3], size=(500, 1))
+    f = l2_clip_factors(np.linalg.norm(X, axis=1), 1.0)
+    assert np.all(np.linalg.norm(X * f[:, None], axis=1) <= 1.0)
+    inside = np.linalg.norm(X, axis=1) <= 1.0
+    assert np.all(f[inside] == 1.0) and np.all(f[~inside] < 1.0)
+    clipped, norms = clip_rows_l2(X, 1.0)
+    assert np.array_equal(clipped, X * l2_clip_factors(norms, 1.0)[:, None])
+    assert list(l2_clip_factors(np.array([np.inf, np.nan, -1.0, 0.0]), 2.0)) == [0.0, 0.0, 0.0, 1.0]
+
+
+def test_clamp_in_place_and_with_infinite_values():
+    from dpfed.core.clipping import clamp
+
+    X = np.array([[-np.inf, 0.5, 9.0], [np.nan, -3.0, np.inf]])
+    with pytest.raises(ValueError):
+        clamp(X, -1.0, 1.0)
+    out = clamp(X, -1.0, 1.0, out=X, allow_infinite=True)
+    assert out is X
+    assert np.array_equal(X[0], [-1.0, 0.5, 1.0]) and np.isnan(X[1, 0]) and list(X[1, 1:]) == [-1.0, 1.0]
