@@ -15,6 +15,7 @@ from typing import NoReturn, Sequence
 _COMMAND_MODULES = (
     "dpfed.cli.privacy",      # dpfed privacy epsilon|noise
     "dpfed.cli.simulate",     # dpfed simulate
+    "dpfed.cli.schema",       # dpfed schema template
     "dpfed.cli.coordinator",        # dpfed coordinator serve, status, job submit, model get, certs
     "dpfed.cli.party",              # dpfed party serve
 )

@@ -20,6 +20,7 @@ import numpy as np
 
 from dpfed.algorithms import add_algorithm_arguments, algorithm_names, get_algorithm
 from dpfed.data.datasets import Dataset, kfold_indices, load_dataset, split_parties
+from dpfed.data.schema import Schema
 from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.params import validate
 
@@ -41,7 +42,19 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="makes data splits and noise reproducible (simulation only: a seeded generator "
                         "offers no privacy against whoever knows the seed)")
     p.add_argument("--split", default="iid", help="iid | dirichlet:ALPHA (label skew across parties)")
-    p.add_argument("--data-dir", default=None, help="folder of dataset .npz files (default ../shared/data if present)")
+    p.add_argument("--data-dir", default=None,
+                   help="folder searched first for DATASET.npz / DATASET.csv; then $DPFED_DATA_DIR, the current "
+                        "directory, ../shared/data and the bundled folder")
+    p.add_argument("--schema", default=None, metavar="FILE",
+                   help="the data's public schema (JSON; README 'Bring your own data'); default: the .npz's own, "
+                        "DATASET.schema.json beside the data, or the bundled one")
+    p.add_argument("--bounds", type=_bounds, default=None, metavar="LOW:HIGH",
+                   help="public bounds for every numeric column (instead of a schema file)")
+    p.add_argument("--test-fraction", type=float, default=None, metavar="F",
+                   help="for a file without a test split: hold out this public random fraction (default 1/3)")
+    p.add_argument("--test-data", default=None, metavar="FILE", help="a given test set (.npz or .csv)")
+    p.add_argument("--split-seed", type=int, default=None,
+                   help="seed of the random train/test split (default 20180425; public, not privacy noise)")
     p.add_argument("--transport", choices=("grpc", "inproc", "ray"), default="grpc",
                    help="grpc: real processes over loopback mutual TLS (default); inproc: same halves, one "
                         "process; ray: the parties multiplexed over a pool of Ray worker actors, one per CPU "
@@ -69,6 +82,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--bits", type=int, default=16, metavar="B", help="SecAgg arithmetic mod 2^B (default 16)")
     add_algorithm_arguments(p)
     p.set_defaults(func=_main)
+
+
+def _bounds(text: str) -> tuple[float, float]:
+    lo, sep, hi = text.partition(":")
+    try:
+        low, high = float(lo), float(hi)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LOW:HIGH (two numbers), got {text!r}") from None
+    if not sep or not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise argparse.ArgumentTypeError(f"expected LOW:HIGH with finite LOW < HIGH, got {text!r}")
+    return low, high
 
 
 class _Progress:
@@ -107,7 +131,11 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--parties must be >= 1")
     if args.cv is not None and args.cv < 2:
         raise ValueError("--cv needs K >= 2")
-    ds = load_dataset(args.dataset, args.data_dir)
+    if args.test_fraction is not None and not 0 < args.test_fraction < 1:
+        raise ValueError(f"--test-fraction must lie in (0, 1), got {args.test_fraction:g}")
+    ds = load_dataset(args.dataset, args.data_dir, schema=Schema.from_file(args.schema) if args.schema else None,
+                      bounds=args.bounds, test_fraction=args.test_fraction, test_data=args.test_data,
+                      split_seed=args.split_seed)
     delta = algo.default_delta if args.delta is None else args.delta
     params: dict[str, Any] = {"epsilon": args.epsilon, "delta": delta}
     secure = getattr(args, "noise", None) == "distributed" and args.secure_aggregation == "on"
@@ -119,6 +147,9 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
     params = validate(algo, params, ds.schema)  # the ranges and caps every party checks, before any spend
     if not secure and args.dropout:
         raise ValueError("--dropout applies to secure aggregation (--noise distributed)")
+    if "k" in params and params["k"] > len(ds.X_train) // max(args.parties, 1):
+        raise ValueError(f"--k {params['k']} exceeds the {len(ds.X_train) // max(args.parties, 1)} training records "
+                         "per party; use a smaller k")
     split_rng = np.random.default_rng(args.seed)  # public randomness: which party holds which rows
     folds = _folds(ds, args, algo.needs_labels)
     metrics: list[dict[str, float]] = []
@@ -158,6 +189,12 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
     if args.transport == "ray":
         out["ray_workers"] = res.info.get("workers")
         out["ray_nodes"] = len(res.info.get("nodes", ()))
+    if args.cv:
+        out.update(split_source="cross-validation", cv_seed=0 if args.seed is None else args.seed)
+    elif not algo.needs_labels:
+        out.update(split_source="all records (unsupervised: fit and evaluated on every record)")
+    else:
+        out.update(ds.split)
     out.update({k: v for k, v in summary.items() if k not in out})
     out.setdefault("secure_aggregation", False)
     for key in metrics[0]:
@@ -187,7 +224,7 @@ def _main(args: argparse.Namespace) -> int:
     try:
         result = run_simulation(args)
     except (ValueError, FileNotFoundError) as exc:
-        print(f"dpfed simulate: error: {exc}", file=sys.stderr)
+        print(f"dpfed simulate: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     print(json.dumps(result, sort_keys=False) if args.json else _table(result))
     return 0

@@ -1,44 +1,29 @@
 """Named datasets with public schemas, the blobs generator, and splits across parties.
 
 Names resolve, in order: ``blobs:...`` (generated), a path to a ``.npz``/``.csv`` file, a file
-``NAME.npz`` in ``data_dir`` (default ``../shared/data`` beside the project when it exists), then the
-copies bundled in ``dpfed/data``. Every dataset comes with a :class:`~dpfed.data.schema.Schema` whose
-domains and bounds are public (see ``_PUBLIC_BOUNDS``), never computed from the records.
+``NAME.npz`` or ``NAME.csv`` in :func:`search_dirs` (``--data-dir``, ``$DPFED_DATA_DIR``, the current
+directory, ``../shared/data``, the bundled folder). Every dataset comes with a
+:class:`~dpfed.data.schema.Schema` whose domains and bounds are public (a schema file, see
+:func:`load_dataset`), never computed from the records.
 """
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from dpfed.data.files import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, check_real, load_table, read_npz
 from dpfed.data.schema import DataValidationError, Feature, Schema
 
 __all__ = ["Dataset", "load_dataset", "make_blobs", "split_parties", "kfold_indices", "default_data_dir"]
 
 _BUNDLED = Path(__file__).resolve().parent
 
-# Public bounds of numeric columns, from the data's documentation rather than from the records.
-_PUBLIC_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
-    "adult": {  # census codebook: ages of adults, top-codes 99999 (gains) and 99 (hours)
-        "age": (16.0, 100.0), "fnlwgt": (0.0, 1.5e6), "education-num": (1.0, 16.0),
-        "capital-gain": (0.0, 99999.0), "capital-loss": (0.0, 5000.0), "hours-per-week": (1.0, 99.0),
-    },
-    "segmentation": {  # 3x3 regions of 256x256 RGB images (UCI .names); derived colour features
-        "region-centroid-col": (0.0, 256.0), "region-centroid-row": (0.0, 256.0),
-        "region-pixel-count": (0.0, 9.0), "short-line-density-5": (0.0, 1.0), "short-line-density-2": (0.0, 1.0),
-        "vedge-mean": (0.0, 255.0), "vedge-sd": (-1.0, 1500.0), "hedge-mean": (0.0, 255.0), "hedge-sd": (-1.0, 1500.0),
-        "intensity-mean": (0.0, 255.0), "rawred-mean": (0.0, 255.0), "rawblue-mean": (0.0, 255.0),
-        "rawgreen-mean": (0.0, 255.0), "exred-mean": (-255.0, 255.0), "exblue-mean": (-255.0, 255.0),
-        "exgreen-mean": (-255.0, 255.0), "value-mean": (0.0, 255.0), "saturation-mean": (0.0, 1.0),
-        "hue-mean": (-math.pi, math.pi),
-    },
-}
-_PIXEL_SETS = {"mnist", "satimage"}  # uint8 pixels: public bounds [0, 255]
-_NO_SPLIT_TEST_FRACTION = 1.0 / 3.0   # public, fixed split for sets published without one
-_NO_SPLIT_SEED = 20180425
+_SCHEMAS = _BUNDLED / "schemas"   # published schemas of the benchmark sets (NAME.schema.json)
+DEFAULT_TEST_FRACTION = 1.0 / 3.0   # public, fixed split for sets published without one
+DEFAULT_SPLIT_SEED = 20180425
 
 
 @dataclass(frozen=True)
@@ -52,6 +37,9 @@ class Dataset:
     y_test: np.ndarray
     schema: Schema
     official_split: bool = True
+    #: which train/test split: {"split_source": "official" | "given" | "random" | "none", and for random
+    #: "split_seed", "test_fraction"; for given "test_data"}
+    split: dict = field(default_factory=lambda: {"split_source": "official"})
 
     @property
     def X(self) -> np.ndarray:
@@ -76,76 +64,182 @@ def default_data_dir() -> Path | None:
     return None
 
 
-def load_dataset(name: str, data_dir: str | os.PathLike | None = None) -> Dataset:
-    """Load a dataset by name or path (see module docstring)."""
+def search_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Where a dataset NAME is looked for, in order: ``data_dir`` (``--data-dir``), ``$DPFED_DATA_DIR``,
+    the current directory, ``../shared/data`` beside the project or the current directory, then the
+    bundled folder."""
+    dirs: list[Path] = []
+    if data_dir is not None:
+        dirs.append(Path(data_dir))
+    if os.environ.get("DPFED_DATA_DIR"):
+        dirs.append(Path(os.environ["DPFED_DATA_DIR"]))
+    dirs.append(Path.cwd())
+    root = Path(__file__).resolve().parent.parent.parent
+    dirs += [d for d in (root.parent / "shared" / "data", Path.cwd().parent / "shared" / "data") if d.is_dir()]
+    dirs.append(_BUNDLED)
+    out: list[Path] = []
+    for d in dirs:
+        if d not in out:
+            out.append(d)
+    return out
+
+
+def find_data_file(name: str, data_dir: str | os.PathLike | None = None) -> Path:
+    """The file of a dataset given by path or by NAME (``NAME.npz`` or ``NAME.csv`` in :func:`search_dirs`)."""
+    path = Path(name)
+    if path.suffix.lower() in {".npz", ".csv"} or os.sep in name:
+        if path.is_file():
+            return path
+        raise FileNotFoundError(f"data file not found: {path}")
+    dirs = search_dirs(data_dir)
+    for d in dirs:
+        for ext in (".npz", ".csv"):
+            if (d / f"{name}{ext}").is_file():
+                return d / f"{name}{ext}"
+    raise FileNotFoundError(f"dataset {name!r} ({name}.npz or {name}.csv) not found in: "
+                            f"{'; '.join(str(d) for d in dirs)} (give a path, --data-dir, $DPFED_DATA_DIR, or "
+                            "a blobs:... spec)")
+
+
+def load_dataset(name: str, data_dir: str | os.PathLike | None = None, *, schema: Schema | None = None,
+                 bounds: tuple[float, float] | None = None, test_fraction: float | None = None,
+                 test_data: str | os.PathLike | None = None, split_seed: int | None = None,
+                 max_bytes: int = DEFAULT_MAX_BYTES, max_rows: int = DEFAULT_MAX_ROWS) -> Dataset:
+    """Load a dataset by name or path (see module docstring) with its public schema.
+
+    The schema is, in order: ``schema`` (``--schema FILE``); the ``schema_json`` entry of the .npz;
+    ``STEM.schema.json`` beside the data file or in ``dpfed/data/schemas``; else the .npz's own
+    metadata (``feature_names``, ``is_categorical``, ``n_categories``, ``class_names``) with ``bounds``
+    (``--bounds LOW:HIGH``) for every numeric column. The split: ``test_data`` (a given test file),
+    else the file's own ``X_test``/``y_test`` (official; ``test_fraction`` then refused), else a
+    public random split of ``test_fraction`` (default 1/3) with ``split_seed`` (default 20180425).
+    """
     if name.startswith("blobs"):
         return make_blobs_dataset(name)
-    path = Path(name)
-    if path.suffix in {".npz", ".csv"} and path.exists():
-        return _load_path(path)
-    dirs = [Path(data_dir)] if data_dir is not None else []
-    dd = default_data_dir()
-    if dd is not None and data_dir is None:
-        dirs.append(dd)
-    dirs.append(_BUNDLED)
-    for d in dirs:
-        p = d / f"{name}.npz"
-        if p.exists():
-            return _load_npz(p, name)
-    raise FileNotFoundError(f"dataset {name!r} not found in {', '.join(str(d) for d in dirs)} "
-                            "(give a .npz/.csv path, a blobs:... spec, or --data-dir)")
+    if test_fraction is not None and not 0.0 < test_fraction < 1.0:
+        raise DataValidationError(f"--test-fraction must lie in (0, 1), got {test_fraction:g}")
+    path = find_data_file(name, data_dir)
+    if schema is None:
+        schema = _schema_file_for(path)
+    Xtr, ytr, Xte, yte, meta, official = _read_records(path, schema, max_bytes, max_rows)
+    if schema is None:
+        schema = _schema_from_meta(path, meta, Xtr.shape[1], bounds)
+    elif bounds is not None:
+        raise DataValidationError("give either a schema (--schema or a schema file) or --bounds, not both")
+    split: dict = {"split_source": "official"}
+    if test_data is not None:
+        if test_fraction is not None:
+            raise DataValidationError("give either --test-data or --test-fraction, not both")
+        if official:  # the file's own test split is replaced by the given one
+            Xtr, ytr = np.concatenate([Xtr, Xte]), np.concatenate([ytr, yte])
+        Xte, yte, *_ = _read_records(find_data_file(str(test_data)), schema, max_bytes, max_rows)
+        split = {"split_source": "given", "test_data": str(test_data)}
+    elif official:
+        if test_fraction is not None:
+            raise DataValidationError(f"{path} has an official test split (X_test, y_test); --test-fraction "
+                                      "applies only to files without one")
+    else:
+        frac = DEFAULT_TEST_FRACTION if test_fraction is None else float(test_fraction)
+        seed = DEFAULT_SPLIT_SEED if split_seed is None else int(split_seed)
+        perm = np.random.default_rng(seed).permutation(len(Xtr))  # public split, not a privacy mechanism
+        n_test = int(round(len(Xtr) * frac))
+        if not 0 < n_test < len(Xtr):
+            raise DataValidationError(f"{path}: a test fraction of {frac:g} of {len(Xtr)} records leaves no "
+                                      "training or no test record")
+        Xtr, ytr, Xte, yte = Xtr[perm[n_test:]], ytr[perm[n_test:]], Xtr[perm[:n_test]], ytr[perm[:n_test]]
+        split = {"split_source": "random", "split_seed": seed, "test_fraction": frac}
+    try:
+        Xtr, Xte = schema.validate(Xtr, ytr), schema.validate(Xte, yte)
+    except DataValidationError as exc:
+        raise DataValidationError(f"{path}: {exc}") from None
+    return Dataset(path.stem, Xtr, ytr.astype(np.int64), Xte, yte.astype(np.int64), schema,
+                   split["split_source"] == "official", split)
 
 
-def _load_path(path: Path) -> Dataset:
-    if path.suffix == ".npz":
-        return _load_npz(path, path.stem)
-    raise DataValidationError(f"{path}: a CSV file needs a schema; load it through a party config "
-                              "(dpfed.data.files.load_table) rather than by name")
+def _schema_file_for(path: Path) -> Schema | None:
+    for cand in (path.with_name(f"{path.stem}.schema.json"), _SCHEMAS / f"{path.stem}.schema.json"):
+        if cand.is_file():
+            return Schema.from_file(cand)
+    return None
 
 
-def _schema_for(name: str, z: np.lib.npyio.NpzFile, d: int, n_classes: int) -> Schema:
-    if "schema_json" in z.files:
-        return Schema.from_json(str(z["schema_json"]))
-    names = [str(s) for s in z["feature_names"]] if "feature_names" in z.files else [f"x{j}" for j in range(d)]
-    is_cat = z["is_categorical"] if "is_categorical" in z.files else (
-        np.ones(d, bool) if "n_categories" in z.files else np.zeros(d, bool))
-    n_cat = z["n_categories"] if "n_categories" in z.files else np.zeros(d, np.int64)
-    bounds = _PUBLIC_BOUNDS.get(name, {})
+def _read_records(path: Path, schema: Schema | None, max_bytes: int, max_rows: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray], bool]:
+    """(X_train, y_train, X_test, y_test, metadata arrays, official split?) of an .npz or a CSV; the
+    test arrays are empty without an official split. Labels are required."""
+    if path.suffix.lower() == ".csv":
+        if schema is None:
+            raise DataValidationError(f"{path}: a CSV file needs a schema (--schema FILE or "
+                                      f"{path.stem}.schema.json beside it; `dpfed schema template` writes one)")
+        if not schema.n_classes:
+            raise DataValidationError(f"{path}: the schema declares no label classes (n_classes)")
+        X, y = load_table(path, schema, max_bytes=max_bytes, max_rows=max_rows)
+        if y is None:
+            raise DataValidationError(f"{path}: no label column {schema.label!r}")
+        return X, y, X[:0], y[:0], {}, False
+    z = read_npz(path, max_bytes=max_bytes)
+    if "schema_json" in z and schema is None:
+        try:
+            schema = Schema.from_json(str(z["schema_json"]))
+        except ValueError as exc:
+            raise DataValidationError(f"{path}: its schema_json entry: {exc}") from None
+        z["__schema__"] = np.array(schema.to_json())
+    keys = ("X_train", "y_train", "X_test", "y_test") if "X_train" in z else ("X", "y")
+    missing = [k for k in keys if k not in z]
+    if missing or ("X_train" not in z and "X" not in z):
+        raise DataValidationError(f"{path}: expected arrays X_train, y_train, X_test, y_test or X, y; missing "
+                                  f"{', '.join(missing) or 'X'}")
+    arrays = [z[k] for k in keys]
+    for k, a in zip(keys, arrays, strict=True):
+        check_real(path, f"array {k!r}", a, integer=k.startswith("y") and a.dtype.kind != "f")
+        want = 2 if k.startswith("X") else 1
+        if a.ndim != want:
+            raise DataValidationError(f"{path}: array {k!r} must be {want}-d, got {a.ndim}-d")
+        if a.shape[0] > max_rows:
+            raise DataValidationError(f"{path}: array {k!r} holds {a.shape[0]} records, more than the cap of "
+                                      f"{max_rows}")
+    for xk, yk in zip(keys[0::2], keys[1::2], strict=True):
+        if z[xk].shape[0] != z[yk].shape[0]:
+            raise DataValidationError(f"{path}: {xk} has {z[xk].shape[0]} records but {yk} {z[yk].shape[0]} labels")
+        if z[xk].shape[0] == 0:
+            raise DataValidationError(f"{path}: array {xk!r} holds no records")
+    if len(keys) == 4 and arrays[0].shape[1] != arrays[2].shape[1]:
+        raise DataValidationError(f"{path}: X_train and X_test have different numbers of columns")
+    if len(keys) == 4:
+        return arrays[0], arrays[1], arrays[2], arrays[3], z, True
+    return arrays[0], arrays[1], arrays[0][:0], arrays[1][:0], z, False
+
+
+def _schema_from_meta(path: Path, z: dict[str, np.ndarray], d: int, bounds: tuple[float, float] | None) -> Schema:
+    """The schema an .npz carries (``schema_json``) or its metadata completed with ``bounds``."""
+    if "__schema__" in z:
+        return Schema.from_json(str(z["__schema__"]))
+    names = [str(s) for s in z["feature_names"]] if "feature_names" in z else [f"x{j}" for j in range(d)]
+    is_cat = z["is_categorical"] if "is_categorical" in z else (
+        np.ones(d, bool) if "n_categories" in z else np.zeros(d, bool))
+    n_cat = z["n_categories"] if "n_categories" in z else np.zeros(d, np.int64)
+    if len(names) != d or len(is_cat) != d or len(n_cat) != d:
+        raise DataValidationError(f"{path}: feature_names/is_categorical/n_categories need {d} entries")
+    numeric = [names[j] for j in range(d) if not is_cat[j]]
+    if numeric and bounds is None:
+        raise DataValidationError(
+            f"{path}: no public bounds for {len(numeric)} numeric column(s) ({', '.join(numeric[:3])}"
+            f"{', ...' if len(numeric) > 3 else ''}); give --schema FILE (`dpfed schema template` writes one), "
+            f"{path.stem}.schema.json beside the data, or --bounds LOW:HIGH for all numeric columns")
     feats = []
     for j in range(d):
         if is_cat[j]:
             feats.append(Feature(names[j], "categorical", categories=int(n_cat[j])))
-        elif name in _PIXEL_SETS:
-            feats.append(Feature(names[j], "numeric", lower=0.0, upper=255.0))
-        elif names[j] in bounds:
-            lo, hi = bounds[names[j]]
-            feats.append(Feature(names[j], "numeric", lower=lo, upper=hi))
         else:
-            raise DataValidationError(f"dataset {name!r}: no public bounds for numeric column {names[j]!r}; "
-                                      "store a 'schema_json' entry in the .npz")
-    class_names = tuple(str(c) for c in z["class_names"]) if "class_names" in z.files else ()
-    return Schema(tuple(feats), n_classes=n_classes, class_names=class_names if len(class_names) == n_classes else ())
-
-
-def _load_npz(path: Path, name: str) -> Dataset:
-    with np.load(path, allow_pickle=False) as z:
-        if "X_train" in z.files:
-            Xtr, ytr, Xte, yte = (z[k] for k in ("X_train", "y_train", "X_test", "y_test"))
-            official = True
-        elif "X" in z.files:
-            X, y = z["X"], z["y"]
-            rng = np.random.default_rng(_NO_SPLIT_SEED)  # public split, not a privacy mechanism
-            perm = rng.permutation(len(X))
-            n_test = int(round(len(X) * _NO_SPLIT_TEST_FRACTION))
-            Xte, yte, Xtr, ytr = X[perm[:n_test]], y[perm[:n_test]], X[perm[n_test:]], y[perm[n_test:]]
-            official = False
-        else:
-            raise DataValidationError(f"{path}: expected arrays X_train/y_train/X_test/y_test or X/y")
-        y_all = np.concatenate([ytr, yte])
-        n_classes = int(len(z["class_names"])) if "class_names" in z.files else int(y_all.max()) + 1
-        schema = _schema_for(name, z, Xtr.shape[1], n_classes)
-    return Dataset(name, Xtr.astype(np.float64), ytr.astype(np.int64), Xte.astype(np.float64),
-                   yte.astype(np.int64), schema, official)
+            assert bounds is not None
+            feats.append(Feature(names[j], "numeric", lower=float(bounds[0]), upper=float(bounds[1])))
+    if "class_names" in z:
+        class_names = tuple(str(c) for c in z["class_names"])
+        n_classes = len(class_names)
+    else:  # class codes 0..k-1: k from the labels would be data-derived, so it is refused
+        raise DataValidationError(f"{path}: no class_names array; the number of classes is public: give "
+                                  "--schema FILE with n_classes")
+    return Schema(tuple(feats), n_classes=n_classes, class_names=class_names)
 
 
 def make_blobs(n: int, d: int, k: int, seed: int = 0, box: float = 10.0, domain: float = 15.0

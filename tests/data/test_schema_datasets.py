@@ -37,8 +37,10 @@ def test_bad_schemas_rejected():
         Feature("x", "numeric")  # no public bounds
     with pytest.raises(ValueError):
         Feature("x", "categorical", categories=0)
-    with pytest.raises(ValueError, match="malformed schema"):
+    with pytest.raises(ValueError, match="public bounds"):  # a name is optional, bounds are not
         Schema.from_dict({"features": [{"kind": "numeric"}]})
+    with pytest.raises(ValueError, match="malformed schema"):
+        Schema.from_dict({"features": [{"name": "x"}]})
 
 
 @pytest.mark.parametrize("name,n_features,n_classes", [("adult", 14, 2), ("nursery", 8, 5), ("mushroom", 22, 2),
