@@ -13,6 +13,7 @@ Prints a markdown table (and writes ``bench/results/accounting.md``) of
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import multiprocessing
 import os
 import platform
@@ -71,6 +72,41 @@ def cli_rows() -> list[str]:
         for name, argv in (("privacy epsilon --noise-multiplier 1.5", eps_argv),
                            ("privacy noise --epsilon 2.17", noise_argv)):
             rows.append(f"| `{name}` | {acc} | {_time_inprocess(argv):.2f} | {_time_subprocess(argv):.2f} |")
+    return rows
+
+
+def extreme_rows() -> list[str]:
+    """Issue 13: inputs that used to run for minutes (or 9 GB) now answer in seconds; which accountant."""
+    import json
+    import resource
+
+    rows = ["| extreme input (q=0.01, delta=1e-5) | accountant used | answer | in-process (s) | peak RSS (MB) |",
+            "|---|---|---|---|---|"]
+    cases = [
+        ("privacy epsilon --noise-multiplier 0.01 --steps 5000",
+         ["privacy", "epsilon", "--noise-multiplier", "0.01", "--steps", "5000"]),
+        ("privacy epsilon --noise-multiplier 1 --steps 100000000",
+         ["privacy", "epsilon", "--noise-multiplier", "1", "--steps", "100000000"]),
+        ("privacy noise --epsilon 10000 --steps 5000", ["privacy", "noise", "--epsilon", "10000", "--steps", "5000"]),
+        ("privacy noise --epsilon 20 --steps 5000", ["privacy", "noise", "--epsilon", "20", "--steps", "5000"]),
+        ("privacy epsilon --noise-multiplier 0.5 --steps 1000000",
+         ["privacy", "epsilon", "--noise-multiplier", "0.5", "--steps", "1000000"]),
+    ]
+    for name, argv in cases:
+        full = argv + ["--sampling-rate", str(Q), "--delta", str(DELTA), "--json"]
+        _clear()
+        buf = io.StringIO()
+        old, sys.stdout = sys.stdout, buf
+        try:
+            t0 = time.perf_counter()
+            cli_main(full)
+            wall = time.perf_counter() - t0
+        finally:
+            sys.stdout = old
+        out = json.loads(buf.getvalue())
+        answer = out["epsilon"] if argv[1] == "epsilon" else out["noise_multiplier"]
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        rows.append(f"| `{name}` | {out['accountant']} | {answer:.4g} | {wall:.2f} | {rss:.0f} |")
     return rows
 
 
@@ -162,7 +198,7 @@ def main() -> None:
               f"Python {platform.python_version()}, dp-accounting {importlib.metadata.version('dp-accounting')}, "
               f"PLD grid {A.PLD_VALUE_DISCRETIZATION:g}; load average at start {load:.2f} "
               "(shared machine: other jobs were running).", ""]
-    sections = [cli_rows(), calibration_rows(), ledger_rows()]
+    sections = [cli_rows(), extreme_rows(), calibration_rows(), ledger_rows()]
     text = "\n".join(header + [line for s in sections for line in s + [""]])
     print(text)
     out = Path(__file__).resolve().parent / "results" / "accounting.md"

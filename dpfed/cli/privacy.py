@@ -13,6 +13,7 @@ import math
 import sys
 
 from dpfed.core import accounting
+from dpfed.core.accountant_choice import AccountantChoice, choose_accountant
 
 __all__ = ["add_commands"]
 
@@ -86,33 +87,43 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     noise.set_defaults(func=_cmd_noise)
 
 
-def _emit(args: argparse.Namespace, epsilon: float, sigma: float, primary: float) -> int:
+def _emit(args: argparse.Namespace, epsilon: float, sigma: float, primary: float, choice: AccountantChoice) -> int:
     if args.json:
-        print(json.dumps({
-            "epsilon": epsilon, "noise_multiplier": sigma, "delta": args.delta,
-            "sampling_rate": args.sampling_rate, "steps": args.steps,
-            "accountant": args.accountant}))
+        out = {"epsilon": epsilon, "noise_multiplier": sigma, "delta": args.delta,
+               "sampling_rate": args.sampling_rate, "steps": args.steps, "accountant": choice.accountant}
+        if choice.accountant == "pld":
+            out["pld_discretization"] = choice.pld_discretization
+        if choice.reason:
+            out["accountant_reason"] = choice.reason
+        print(json.dumps(out))
     else:
+        if choice.reason:
+            print(f"dpfed privacy: note: {choice.reason}", file=sys.stderr)
         print(repr(float(primary)))
     return 0
 
 
 def _cmd_epsilon(args: argparse.Namespace) -> int:
+    choice = choose_accountant(args.accountant, args.steps, noise_multiplier=args.noise_multiplier,
+                               sampling_rate=args.sampling_rate, delta=args.delta,
+                               pld_discretization=args.pld_discretization)
     eps = accounting.dp_sgd_epsilon(args.noise_multiplier, args.sampling_rate, args.steps,
-                                    args.delta, accountant=args.accountant,
-                                    pld_discretization=args.pld_discretization)
-    return _emit(args, eps, args.noise_multiplier, eps)
+                                    args.delta, accountant=choice.accountant,
+                                    pld_discretization=choice.pld_discretization)
+    return _emit(args, eps, args.noise_multiplier, eps, choice)
 
 
 def _cmd_noise(args: argparse.Namespace) -> int:
+    choice = choose_accountant(args.accountant, args.steps, epsilon=args.epsilon,
+                               pld_discretization=args.pld_discretization)
     try:
         sigma = accounting.calibrate_noise_multiplier(
             args.epsilon, args.delta, args.sampling_rate, args.steps,
-            accountant=args.accountant, pld_discretization=args.pld_discretization)
+            accountant=choice.accountant, pld_discretization=choice.pld_discretization)
     except ValueError as exc:
-        print(f"dpfed privacy noise: error: {exc}", file=sys.stderr)
-        return 1
+        print(f"dpfed privacy noise: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
     eps = accounting.dp_sgd_epsilon(sigma, args.sampling_rate, args.steps, args.delta,
-                                    accountant=args.accountant,
-                                    pld_discretization=args.pld_discretization)
-    return _emit(args, eps, sigma, sigma)
+                                    accountant=choice.accountant,
+                                    pld_discretization=choice.pld_discretization)
+    return _emit(args, eps, sigma, sigma, choice)

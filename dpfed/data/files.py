@@ -27,8 +27,8 @@ from dpfed.data.schema import DataValidationError, Schema
 __all__ = ["load_table", "load_and_validate", "read_npz", "check_real", "read_csv_rows", "DEFAULT_MAX_BYTES",
            "DEFAULT_MAX_ROWS"]
 
-#: Default caps: a data file (or an .npz's decompressed arrays) of at most 1 GiB, 10^8 records.
-DEFAULT_MAX_BYTES = 1 << 30
+#: Default caps: a data file (or an .npz's decompressed arrays) of at most 512 MiB, 10^8 records.
+DEFAULT_MAX_BYTES = 1 << 29
 DEFAULT_MAX_ROWS = 100_000_000
 
 

@@ -48,6 +48,20 @@ def _tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
+def _party_errors(root: Path, names: Sequence[str]) -> str:
+    """The last error line each party logged (parties never log record values), as '; NAME: LINE'."""
+    out = []
+    for n in names:
+        try:
+            lines = (root / n / "party.log").read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        errs = [ln for ln in lines if " ERROR " in ln or " WARNING " in ln and "refused" in ln]
+        if errs:
+            out.append(f"; party {n}: {' '.join(errs[-1].split())[:300]}")
+    return "".join(out)
+
+
 def _stop_processes(procs: Sequence[subprocess.Popen], grace: float = 5.0) -> None:
     for p in procs:
         if p.poll() is None:
@@ -90,6 +104,7 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
     root = Path(tempfile.mkdtemp(prefix="dpfed-sim-")) if own_dir else Path(workdir)
     root.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen] = []
+    failed = False  # a failed simulation keeps its folder: the parties' logs explain the failure
     server = None
     admin = None
     try:
@@ -143,8 +158,9 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
         while not server.coordinator.wait_for_parties(names, timeout=0.2):
             for name, p in zip(names, procs, strict=True):
                 if p.poll() is not None:
-                    raise SimulationError(f"party {name} exited with code {p.returncode}:\n"
-                                          f"{_tail(root / name / 'party.log')}")
+                    last = [ln for ln in _tail(root / name / "party.log").splitlines() if ln.strip()]
+                    raise SimulationError(f"party {name} exited with code {p.returncode}: "
+                                          f"{last[-1].strip() if last else 'no log output'}")
             if time.monotonic() > deadline:
                 raise SimulationError(f"parties did not connect within {start_timeout:g} s")
         admin = AdminClient(address, tls=files("operator"), insecure=insecure)
@@ -156,17 +172,26 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
             admin.cancel(job_id)
             raise
         if record.get("state") != "done":
-            raise JobError(record)
+            failed = True
+            raise SimulationError(f"{JobError(record)}{_party_errors(root, names)}; party logs kept in {root}")
         model, record = admin.get_model(job_id)
         party_eps = {n: float(record["party_epsilon"].get(n, 0.0)) for n in names}
         return SimulationResult(model=model, summary=record.get("summary", {}),
                                 epsilon_spent=max(party_eps.values()), party_epsilon=party_eps,
                                 rounds=int(record.get("rounds", 0)), wall_seconds=time.perf_counter() - t0)
+    except SimulationError as exc:
+        if failed or not own_dir:
+            raise
+        failed = True
+        raise SimulationError(f"{' '.join(str(exc).split())}; party logs kept in {root}") from None
+    except BaseException:
+        failed = True
+        raise
     finally:
         if admin is not None:
             admin.close()
         _stop_processes(procs)
         if server is not None:
             server.stop(grace=1.0)
-        if own_dir:
+        if own_dir and not failed:
             shutil.rmtree(root, ignore_errors=True)
