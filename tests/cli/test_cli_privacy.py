@@ -40,12 +40,13 @@ def test_console_script_epsilon_equals_dp_accounting(accountant, anchor):
     proc = _run(*argv)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert set(out) == KEYS
+    assert KEYS <= set(out)  # keys are a contract: kept, others may be added (pld_discretization)
     ref = _reference(1.5, 0.01, 5000, 1e-5, accountant)
     assert out["epsilon"] == pytest.approx(ref, rel=1e-6)
     assert out["epsilon"] == pytest.approx(anchor, abs=0.01)
-    assert out == {"epsilon": out["epsilon"], "noise_multiplier": 1.5, "delta": 1e-5,
-                   "sampling_rate": 0.01, "steps": 5000, "accountant": accountant}
+    assert {k: out[k] for k in KEYS} == {"epsilon": out["epsilon"], "noise_multiplier": 1.5, "delta": 1e-5,
+                                         "sampling_rate": 0.01, "steps": 5000, "accountant": accountant}
+    assert out.get("pld_discretization", 1e-4) == 1e-4  # the default grid at this epsilon
 
 
 def test_console_script_noise_plain():
@@ -74,7 +75,7 @@ def test_main_noise_json_meets_target(capsys, accountant):
                  "--steps", "200", "--accountant", accountant, "--json"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == KEYS
+    assert KEYS <= set(out)  # keys are a contract: kept, others may be added (pld_discretization)
     assert (out["delta"], out["sampling_rate"], out["steps"], out["accountant"]) == (1e-5, 0.05, 200, accountant)
     sigma = out["noise_multiplier"]
     assert out["epsilon"] == pytest.approx(_reference(sigma, 0.05, 200, 1e-5, accountant), rel=1e-6)
@@ -113,3 +114,21 @@ def test_missing_arguments_and_bare_privacy(capsys):
         main(["privacy", "noise", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "10"])
     assert info.value.code == 2 and "--epsilon" in capsys.readouterr().err
     assert main(["privacy"]) == 2
+
+
+@pytest.mark.parametrize("argv,accountant", [
+    (["epsilon", "--noise-multiplier", "0.01", "--steps", "5000"], "rdp"),     # used to run for minutes
+    (["epsilon", "--noise-multiplier", "1", "--steps", "100000000"], "rdp"),
+    (["noise", "--epsilon", "10000", "--steps", "5000"], "rdp"),
+    (["noise", "--epsilon", "5", "--steps", "50"], "pld"),
+])
+def test_extreme_inputs_say_which_accountant(capsys, argv, accountant):
+    """Issue 13: PLD where it is cheap, else RDP with the reason, reported in the JSON (times: bench)."""
+    code = main(["privacy", *argv, "--sampling-rate", "0.01", "--delta", "1e-5", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["accountant"] == accountant
+    assert ("accountant_reason" in out) == (accountant == "rdp")
+    sigma = out["noise_multiplier"]
+    ref = A.dp_sgd_epsilon(sigma, 0.01, out["steps"], 1e-5, accountant=accountant,
+                           pld_discretization=out.get("pld_discretization", 1e-4))
+    assert out["epsilon"] == pytest.approx(ref, rel=1e-9)
