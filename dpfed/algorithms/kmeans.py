@@ -42,7 +42,7 @@ from dpfed.algorithms.estimator import EstimatorParams
 from dpfed.algorithms.contract import (Aggregate, Algorithm, CoordinatorAlgorithm, JobSpec, PartyAlgorithm,
                                        Released, Task, TaskRejected, stack_combine)
 from dpfed.algorithms.params import EPSILON, MEMORY_CAP_BYTES, Param, ParamTable, arg_type, delta_param
-from dpfed.core.clipping import clamp
+from dpfed.core.clipping import clamp, sum_sensitivity
 from dpfed.core.mechanisms import discrete_laplace, gaussian
 from dpfed.core.rng import SecureRNG
 from dpfed.algorithms.sample_aggregate import assign_blocks, center_of_attention_release, clamped_mean_release
@@ -354,7 +354,8 @@ def _dp_lloyd_step(X: np.ndarray, C: np.ndarray, lower: np.ndarray, upper: np.nd
     counts plus discrete Laplace (sensitivity 1). Clusters with a noisy count < 1 keep their
     center; new centers are clamped to the box (post-processing)."""
     k, d = C.shape
-    mid, R = (lower + upper) / 2, float(np.linalg.norm(upper - lower)) / 2
+    mid = (lower + upper) / 2
+    R = sum_sensitivity(lower - mid, upper - mid, norm=2)  # = ||upper - lower|| / 2
     lab = np.argmin(_sqdist(X, C), axis=1)
     cnt = np.bincount(lab, minlength=k)
     sums = _cluster_sums(X - mid, lab, k)

@@ -73,7 +73,7 @@ from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.lvq_model import GradientSum, clipped_gradient_rows, clipped_gradient_sum, predict, rescale
 from dpfed.algorithms.params import EPSILON, MEMORY_CAP_BYTES, Param, ParamTable, arg_type, delta_param
 from dpfed.core import distributed_noise as dn
-from dpfed.core.clipping import clamp
+from dpfed.core.clipping import clamp, clip_rows_l2, sum_sensitivity
 from dpfed.core.rng import SecureRNG
 from dpfed.core.mechanisms import discrete_laplace, float_gaussian, gaussian, laplace, rounded_gaussian
 from dpfed.data.schema import DataValidationError, Schema
@@ -260,17 +260,17 @@ def _init_rows(p: Mapping[str, Any], Z: np.ndarray) -> tuple[np.ndarray, float, 
     """Records shifted by the public centre and L2-clipped to ``init_clip`` (0: no clipping),
     with the L2 and L1 sensitivities of one record's contribution to the class sums."""
     d = Z.shape[1]
-    S = Z - _init_center(p, d)
-    reach = 1.0 if p["init_center"] == "mid" else 2.0  # |coordinate| <= reach
+    centre = _init_center(p, d)
+    S = Z - centre
+    lo, hi = -1.0 - centre, 1.0 - centre  # the box of a shifted record (Z lies in [-1, 1]^d)
+    l2, l1 = sum_sensitivity(lo, hi, norm=2), sum_sensitivity(lo, hi, norm=1)
     clip = float(p["init_clip"])
     if clip > 0:
         if p["init"] == "laplace":
             raise ValueError("init_clip applies to the Gaussian initialisation only")
-        from dpfed.core.clipping import clip_rows_l2
-
         S = clip_rows_l2(S, clip)[0]
-        return S, min(clip, reach * math.sqrt(d)), reach * d
-    return S, reach * math.sqrt(d), reach * d
+        return S, min(clip, l2), l1
+    return S, l2, l1
 
 
 # ----------------------------------------------------------------------------------- party half

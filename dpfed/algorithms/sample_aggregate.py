@@ -35,6 +35,7 @@ from dp_accounting import dp_event
 
 from dpfed.core import accounting
 from dpfed.core.mechanisms import gaussian
+from dpfed.core.clipping import clamp, mean_sensitivity
 from dpfed.core.rng import SecureRNG
 
 __all__ = [
@@ -305,11 +306,13 @@ def clamped_mean_release(Z: np.ndarray, *, lower: np.ndarray, upper: np.ndarray,
     """GUPT aggregation (Mohan et al. 2012): mean of the answers clamped to the public box
     [lower, upper], plus N(0, (z * Delta)^2) with Delta = ||upper - lower||_2 / m, the l2 change
     of the mean when one answer changes. Charge ``GaussianDpEvent(noise_multiplier)``."""
-    Z = np.clip(np.asarray(Z, dtype=np.float64), lower, upper)
+    Z = np.asarray(Z, dtype=np.float64)
     m, p = Z.shape
+    lo, hi = (np.broadcast_to(np.asarray(b, dtype=np.float64), (p,)) for b in (lower, upper))
+    Z = clamp(Z, lo, hi)
     if not noise_multiplier > 0:
         raise ValueError("noise_multiplier must be > 0")
-    sens = float(np.linalg.norm(np.broadcast_to(np.asarray(upper) - np.asarray(lower), (p,)))) / m
+    sens = mean_sensitivity(lo, hi, m, norm=2)
     # floating-point-safe Gaussian on the public grid, event exactly GaussianDpEvent(noise_multiplier)
     rel = gaussian(Z.mean(axis=0), sensitivity=sens, noise_multiplier=noise_multiplier, rng=rng)
     std = float(rel.details["sigma"])
