@@ -1,0 +1,178 @@
+"""A record far outside the public bounds moves a party's answer by no more than the sensitivity its plan
+assumes (issue 10, "Test strength"), for every algorithm.
+
+Each test answers on neighbouring datasets with identically seeded generators, so both answers carry the
+same noise draws, and bounds the difference by the sensitivity the test derives from the public
+parameters (plus the public grid's rounding where a mechanism snaps to one). Where the Poisson sample
+would shift with the number of records, the neighbour is D + {a record whose contribution is exactly
+zero} instead of D, which has the same statistic as D. Records: 1e6 x the bound, +-inf and NaN where the
+path does not refuse them (the schema validation at load refuses NaN and inf; these paths clamp them
+anyway). Deterministic: no false alarms.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dpfed.algorithms import kmeans, lvq, naive_bayes
+from dpfed.algorithms.contract import JobSpec, Task
+from dpfed.algorithms.sample_aggregate import (
+    attention_t0,
+    center_of_attention,
+    clamped_mean_release,
+    radii,
+    smooth_sensitivity,
+)
+from dpfed.core.rng import SecureRNG
+from dpfed.data.schema import Feature, Schema
+
+FAR = 1e6
+GRID = 1e-5  # relative allowance for the public grid's rounding (2^-20 of the sensitivity per coordinate)
+
+
+# ------------------------------------------------------------------------------------------ naive Bayes
+
+NB_SCHEMA = Schema((Feature("a", "categorical", categories=3), Feature("u", "numeric", lower=0.0, upper=10.0),
+                    Feature("v", "numeric", lower=-5.0, upper=5.0)), n_classes=2)
+
+
+@pytest.mark.parametrize("mechanism,delta", [("gaussian", 1e-6), ("laplace", 0.0)])
+@pytest.mark.parametrize("u,v", [(FAR * 10, -FAR * 5), (math.inf, -math.inf), (-math.inf, math.inf)])
+def test_naive_bayes_outlier_moves_the_release_by_at_most_its_sensitivity(mechanism, delta, u, v):
+    """One record adds at most w_g to one entry of each group g: L2 sqrt(sum w_g^2) (Gaussian), L1
+    sum w_g (Laplace), in grid units (the released vector is integer: no further rounding)."""
+    g = np.random.default_rng(0)
+    X = np.column_stack([g.integers(0, 3, 200), g.uniform(0, 10, 200), g.uniform(-5, 5, 200)])
+    y = g.integers(0, 2, 200)
+    spec = JobSpec("nb", "naive-bayes", {"epsilon": 1.0, "delta": delta, "mechanism": mechanism}, NB_SCHEMA)
+    w = naive_bayes.plan_release(spec).weights.astype(float)
+    task = Task("nb", 0, "nb-statistics")
+
+    def release(X, y):
+        return naive_bayes.NaiveBayesParty().answer(spec, task, X, y, SecureRNG.from_seed("nb")).get("stats")
+
+    diff = (release(np.vstack([X, [1, u, v]]), np.append(y, 1)) - release(X, y)).astype(float)
+    # clamped to the bound, the record adds exactly w_g to one entry of each group (count, histogram, S, Q)
+    assert np.count_nonzero(diff) == len(w) and sorted(np.abs(diff[diff != 0])) == sorted(w)
+    if mechanism == "gaussian":
+        assert np.linalg.norm(diff) <= math.sqrt(np.sum(w ** 2))
+    else:
+        assert np.abs(diff).sum() <= w.sum()
+
+
+# ------------------------------------------------------------------------------------------ LVQ
+
+LVQ_SCHEMA = Schema.numeric_box(4, 0.0, 1.0, n_classes=2)
+W_AT = np.array([[0.5, -0.5, 0.25, 0.0], [-0.5, 0.5, 0.0, 0.25]])  # rescaled prototypes
+ON_PROTOTYPE = (W_AT[0] + 1) / 2   # a class-0 record exactly on its prototype: gradient exactly zero
+
+
+def _lvq_data() -> tuple[np.ndarray, np.ndarray]:
+    g = np.random.default_rng(1)
+    return g.uniform(0, 1, (100, 4)), g.integers(0, 2, 100)
+
+
+@pytest.mark.parametrize("init", ["gaussian", "laplace"])
+def test_lvq_init_outlier_moves_counts_by_one_and_sums_by_at_most_sqrt_d(init):
+    """Init (no Poisson sample, noise independent of n, so D against D + {outlier}): counts move by 1 in
+    one class; the sums of records rescaled into [-1, 1]^d by at most sqrt(d) in L2 (Gaussian) or d in
+    L1 (Laplace), plus the grid's rounding. inf and NaN are refused at init (data validation)."""
+    X, y = _lvq_data()
+    params = lvq.prepare_params({"epsilon": 2.0, "delta": 1e-5, "epochs": 1, "sampling_rate": 0.5, "init": init,
+                                 "noise_multiplier": 5.0})
+    spec = JobSpec("init", "glvq", params, LVQ_SCHEMA)
+
+    def release(X, y):
+        return lvq.LVQParty().answer(spec, Task("init", 0, "init"), X, y, SecureRNG.from_seed("init"))
+
+    for far in (FAR, -FAR):
+        a, b = release(np.vstack([X, np.full(4, far)]), np.append(y, 1)), release(X, y)
+        assert np.array_equal(a["counts"] - b["counts"], [0, 1])
+        ds = (a["sums"] - b["sums"]).ravel()
+        assert np.count_nonzero(ds[:4]) == 0  # class 0 untouched
+        if init == "gaussian":
+            assert np.linalg.norm(ds) <= math.sqrt(4) * (1 + GRID)
+        else:
+            assert np.abs(ds).sum() <= 4 * (1 + GRID)
+
+
+@pytest.mark.parametrize("algorithm", ["glvq", "gmlvq"])
+@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("far", [FAR, -FAR, math.inf, -math.inf, math.nan])
+def test_lvq_step_outlier_moves_the_noisy_gradient_by_at_most_the_clip(algorithm, exact, far):
+    """A DP-SGD step of the party half on D + {outlier} against D + {a record on its own prototype} (zero
+    gradient, so the same statistic as D, and the same number of records, so the same Poisson mask and
+    noise draws from the same seed): the answers differ by at most the clip C in L2 (+ the grid)."""
+    X, y = _lvq_data()
+    clip = 0.5
+    params = {"epsilon": 8.0, "delta": 1e-5, "epochs": 1, "sampling_rate": 1.0, "noise_multiplier": 4.0,
+              "clip": clip, "exact_noise": exact}
+    spec = JobSpec("step", algorithm, params, LVQ_SCHEMA)
+    arrays = {"prototypes": W_AT} | ({"omega": np.eye(4) / 2} if algorithm == "gmlvq" else {})
+    task = Task("step", 1, "step", arrays=arrays)
+
+    def release(extra):
+        out = lvq.LVQParty().answer(spec, task, np.vstack([X, extra]), np.append(y, 0), SecureRNG.from_seed("s"))
+        return np.concatenate([out[k].ravel() for k in sorted(out)])
+
+    diff = release(np.full(4, far)) - release(ON_PROTOTYPE)
+    assert np.all(np.isfinite(diff)) and np.linalg.norm(diff) <= clip * (1 + GRID) + 1e-12
+    if not math.isnan(far):
+        assert np.linalg.norm(diff) > 0  # the outlier was sampled and counted (q = 1)
+
+
+# ------------------------------------------------------------------------------------------ k-means
+
+KM_SCHEMA = Schema.numeric_box(3, 0.0, 1.0)
+
+
+@pytest.mark.parametrize("far", [FAR, -FAR, math.inf, -math.inf, math.nan])
+def test_kmeans_dp_lloyd_outlier_moves_sums_by_at_most_the_radius_and_counts_by_one(far, monkeypatch):
+    """DP Lloyd (k = 1, one step, the party half with the same seed on D and D + {outlier}: the random start
+    and every noise draw coincide). The step's noisy sums are observed at the mechanism boundary (wrapped,
+    not replaced): they move by at most R = ||upper - lower||_2 / 2 in L2 (+ the grid), the noisy count and
+    the released sizes by exactly 1."""
+    seen: list[np.ndarray] = []
+    real = kmeans.gaussian
+
+    def spy(value, **kw):
+        rel = real(value, **kw)
+        seen.append(np.asarray(rel.value))
+        return rel
+
+    monkeypatch.setattr(kmeans, "gaussian", spy)
+    X = np.random.default_rng(2).uniform(0, 1, (150, 3))
+    spec = JobSpec("km", "kmeans", {"epsilon": 1.0, "delta": 1e-6, "method": "lloyd", "k": 1, "lloyd_iters": 1},
+                   KM_SCHEMA)
+
+    def release(X):
+        return kmeans.KMeansParty().answer(spec, Task("km", 0, "fit"), X, None, SecureRNG.from_seed("km"))
+
+    a, b = release(np.vstack([X, np.full(3, far)])), release(X)
+    assert len(seen) == 2
+    assert np.linalg.norm(seen[0] - seen[1]) <= math.sqrt(3) / 2 * (1 + GRID)
+    assert np.array_equal(a["sizes"] - b["sizes"], [[1.0]])
+
+
+@pytest.mark.parametrize("far", [FAR, -FAR, math.inf, -math.inf])
+def test_sample_aggregate_outlier_answer_moves_the_release_by_at_most_its_sensitivity(far):
+    """One record changes one block answer (independent block assignment). GUPT's mean: an answer far
+    outside the box moves the release (same seed) by at most ||upper - lower||_2 / m (+ the grid). Center
+    of attention: the noiseless center moves by at most the beta-smooth bound S(Z) of both neighbours
+    (NRS07: U_0 = rho_0(t0) + rho_1(t0 + 1) bounds the local sensitivity)."""
+    m, p = 30, 6
+    lo, hi = np.zeros(p), np.ones(p)
+    Z = np.random.default_rng(4).uniform(0.3, 0.7, (m, p))
+    Z2 = Z.copy()
+    Z2[7] = far
+    mean = [clamped_mean_release(z, lower=lo, upper=hi, noise_multiplier=2.0, rng=SecureRNG.from_seed("m")).value
+            for z in (Z, Z2)]
+    assert np.linalg.norm(mean[1] - mean[0]) <= math.sqrt(p) / m * (1 + GRID)
+    t0, diam = attention_t0(m), math.sqrt(p)
+    Zc, Z2c = np.clip(Z, lo, hi), np.clip(Z2, lo, hi)  # the release clamps the answers first
+    i, i2 = center_of_attention(Zc, t0), center_of_attention(Z2c, t0)
+    moved = np.linalg.norm(Zc[i] - Z2c[i2])
+    for z in (Zc, Z2c):
+        assert moved <= smooth_sensitivity(radii(z), t0, 1e-3, diam)
