@@ -1,7 +1,9 @@
 """Property test of the party's rules (hypothesis): for any parameters and any sequence of tasks, the
 party session refuses with a reason or charges exactly its plan, never crashes (only refusals and
 :class:`TaskError`), never answers outside the plan, never answers a round twice with different
-bytes and never releases a non-finite value."""
+bytes and never releases a non-finite value. The task sequences mix the honest coordinator's tasks, repeats
+of earlier ones and arbitrary ones, and every job is offered a second time (a restarted coordinator, an
+operator's resubmission) and the same tasks are sent again: the bytes of a round never change."""
 from __future__ import annotations
 
 import math
@@ -15,7 +17,7 @@ from dpfed.algorithms.contract import JobSpec, Task
 from dpfed.core import accounting
 from dpfed.core.ledger import BudgetLedger
 from dpfed.data.schema import Schema
-from dpfed.federation.session import PartyContext, TaskError, decide, pack_answer
+from dpfed.federation.session import PartyContext, TaskError, decide
 
 SCHEMA = Schema.numeric_box(2, 0.0, 1.0, n_classes=2)
 _RNG = np.random.default_rng(0)
@@ -32,8 +34,41 @@ params = st.dictionaries(st.sampled_from(KEYS), values, max_size=5)
 arrays = st.dictionaries(st.sampled_from(["prototypes", "omega", "x"]),
                          st.sampled_from([np.zeros((2, 2)), np.full((2, 2), 1e-90), np.full((2, 2), np.nan),
                                           np.eye(2), np.full((2, 2), 1e300), np.zeros(0)]), max_size=2)
-tasks = st.lists(st.tuples(st.integers(-2, 6), st.sampled_from(["init", "step", "fit", "nb-statistics", "x"]),
-                           arrays), max_size=6)
+arbitrary = st.tuples(st.integers(-2, 6), st.sampled_from(["init", "step", "fit", "nb-statistics", "x"]), arrays)
+# ("honest", r): the honest coordinator's round-r task; ("repeat", i): the i-th task sent so far, again
+tasks = st.lists(st.one_of(arbitrary, st.tuples(st.just("honest"), st.integers(0, 3)),
+                           st.tuples(st.just("repeat"), st.integers(0, 5))), max_size=8)
+
+
+def _honest(spec: JobSpec, rnd: int) -> Task | None:
+    """The honest coordinator's task for round ``rnd`` (steps reuse its initial model), if it has one."""
+    try:
+        coord = get_algorithm(spec.algorithm).coordinator(spec, ["p"])
+        first = coord.next_task()
+    except Exception:  # noqa: BLE001 - parameters the coordinator refuses: no honest task
+        return None
+    if first is None or rnd == 0:
+        return first
+    if not hasattr(coord, "W"):
+        return None
+    arrays = {"prototypes": coord.W} | ({} if getattr(coord, "omega", None) is None else {"omega": coord.omega})
+    return Task(spec.job_id, rnd, "step", {}, arrays)
+
+
+def _concrete(spec: JobSpec, seq) -> list[Task]:
+    out: list[Task] = []
+    for a, b, *rest in seq:
+        task = (_honest(spec, b) if a == "honest" else out[b] if a == "repeat" and b < len(out) else
+                None if a == "repeat" else Task("job", a, b, {}, rest[0]))
+        if task is not None:
+            out.append(task)
+    return out
+
+
+def pack_answer(arrays: dict) -> bytes:
+    """Bytes of an answer, independent of the session's own encoding (names, dtypes, shapes, buffers)."""
+    return b"|".join(k.encode() + np.asarray(arrays[k]).dtype.str.encode() + str(np.shape(arrays[k])).encode()
+                     + np.ascontiguousarray(arrays[k]).tobytes() for k in sorted(arrays))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -57,18 +92,25 @@ def test_decide_and_answer_never_misbehave(algorithm, extra, seq, base):
     assert math.isclose(ledger.spent("job"), accounting.epsilon(d.event, 1e-5), rel_tol=1e-9, abs_tol=1e-12)
     half = get_algorithm(algorithm).party()
     sent: dict[int, bytes] = {}
-    for rnd, kind, arrs in seq:
-        task = Task("job", rnd, kind, {}, arrs)
-        try:
-            out = d.session.answer(task)
-        except TaskError as exc:
-            assert str(exc)
-            continue
-        half.check_task(spec, task)  # within the plan (an independent half: raises if not)
-        for a in out.values():
-            assert np.asarray(a).dtype.kind in "biuf" and np.all(np.isfinite(a))
-        data = pack_answer(out)
-        assert sent.setdefault(rnd, data) == data  # a round is never answered with different bytes
+    concrete = _concrete(spec, seq)
+    for session in (d.session, None):
+        if session is None:  # the same job offered again: a resume, never a second charge or a fresh draw
+            again = decide(party, spec.to_json() if _jsonable(spec) else spec)
+            if not again.accept:
+                assert again.reason
+                break
+            session = again.session
+        for task in concrete:
+            try:
+                out = session.answer(task)
+            except TaskError as exc:
+                assert str(exc)
+                continue
+            half.check_task(spec, task)  # within the plan (an independent half: raises if not)
+            for a in out.values():
+                assert np.asarray(a).dtype.kind in "biuf" and np.all(np.isfinite(a))
+            data = pack_answer(out)
+            assert sent.setdefault(task.round, data) == data  # a round is never answered with different bytes
     assert ledger.charge_ids() == ["job:plan"]
 
 
