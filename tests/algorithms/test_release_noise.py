@@ -18,7 +18,7 @@ import pytest
 from dp_accounting import dp_event
 
 from dpfed.algorithms import lvq, naive_bayes
-from dpfed.algorithms.contract import JobSpec, Task
+from dpfed.algorithms.contract import JobSpec, Released, Task
 from dpfed.core.ledger import BudgetLedger
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import Feature, Schema
@@ -30,6 +30,11 @@ from noise_checks import (
     discrete_gaussian_variance,
     discrete_laplace_moments,
 )
+
+
+def _arrays(out) -> dict:
+    """The arrays of a party half's answer (a bare dict or a :class:`Released` with its events)."""
+    return out.arrays if isinstance(out, Released) else out
 
 
 def _party(X, y, schema, name="p", secure=False) -> PartyContext:
@@ -143,7 +148,7 @@ def test_lvq_initialisation_noise_matches_the_charged_event(init, noise):
     rng = SecureRNG.from_seed(f"init-{init}-{noise}")
     counts, sums = [], []
     for _ in range(400):
-        out = lvq.LVQParty().answer(spec, Task(spec.job_id, 0, "init"), X, y, rng)
+        out = _arrays(lvq.LVQParty().answer(spec, Task(spec.job_id, 0, "init"), X, y, rng))
         counts.append(out["counts"] - np.bincount(y, minlength=10))
         sums.append(out["sums"] - np.stack([(2 * X[y == c] - 1).sum(axis=0) for c in range(10)]))
     counts, sums = np.concatenate(counts).astype(float), np.concatenate(sums).ravel()
@@ -234,8 +239,8 @@ def test_kmeans_dp_lloyd_sums_counts_and_sizes_match_the_charged_event(monkeypat
         seen["sums"].append(np.asarray(rel.value) - np.asarray(value))
         return rel
 
-    def spy_dl(value, noise, rng):
-        out = real_dl(value, noise, rng)
+    def spy_dl(value, noise, *rest):
+        out = real_dl(value, noise, *rest)
         assert np.array_equal(value, [len(X)])  # k = 1: every record in the one cluster
         seen["counts"].append((np.asarray(out) - np.asarray(value), noise))
         return out
@@ -252,7 +257,7 @@ def test_kmeans_dp_lloyd_sums_counts_and_sizes_match_the_charged_event(monkeypat
     rng = SecureRNG.from_seed("km")
     for j in range(jobs):  # the first answer through the session, the others from the party half directly
         if j:
-            out = kmeans.KMeansParty().answer(spec, Task(spec.job_id, 0, "fit"), X, None, rng)
+            out = _arrays(kmeans.KMeansParty().answer(spec, Task(spec.job_id, 0, "fit"), X, None, rng))
         sizes.append(out["sizes"].ravel() - len(X))
     ev = _km_atoms(event)
     gauss, step_dl, sizes_dl = ev["gauss"][0], ev["dlap"][0], ev["dlap"][-1]
