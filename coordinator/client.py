@@ -26,7 +26,8 @@ import numpy as np
 from dpfed.data.schema import Schema
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
-from protos.codec import DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION, ArrayAssembler, channel_options
+from protos.codec import (DEFAULT_MAX_MESSAGE_BYTES, KEEPALIVE_SECONDS, PROTOCOL_VERSION, ArrayAssembler,
+                          channel_options)
 from dpfed.federation.tls import TlsFiles, channel_credentials, warn_insecure
 
 __all__ = ["AdminClient", "JobError", "tls_files"]
@@ -53,8 +54,9 @@ class AdminClient:
 
     def __init__(self, address: str, *, cert: str | os.PathLike | None = None, key: str | os.PathLike | None = None,
                  ca: str | os.PathLike | None = None, tls: TlsFiles | None = None, insecure: bool = False,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, timeout: float = 30.0) -> None:
-        opts = channel_options(max_message_bytes)
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, timeout: float = 30.0,
+                 keepalive_seconds: float = KEEPALIVE_SECONDS) -> None:
+        opts = channel_options(max_message_bytes, keepalive_seconds)
         if insecure:
             warn_insecure()
             self._channel = grpc.insecure_channel(address, options=opts)
@@ -119,6 +121,12 @@ class AdminClient:
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         return json.loads(self._stub.CancelJob(pb.JobRequest(version=PROTOCOL_VERSION, job_id=job_id),
+                                               timeout=self.timeout).job_json)
+
+    def resume(self, job_id: str) -> dict[str, Any]:
+        """Queue a failed, cancelled or refused job again (same id and parameters; no new charge at the
+        parties); return its record."""
+        return json.loads(self._stub.ResumeJob(pb.JobRequest(version=PROTOCOL_VERSION, job_id=job_id),
                                                timeout=self.timeout).job_json)
 
     def get_model(self, job_id: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -5,8 +5,11 @@ Example (relative paths are relative to the config file)::
     listen = "0.0.0.0:50051"       # host:port to serve on (parties and operators dial in)
     state_dir = "state"            # jobs, models and the global budget (per-party ledgers) live here
     insecure = false               # true = plain text, no TLS (debugging only; warns loudly)
-    offer_timeout = 60.0           # seconds a party has to accept or refuse a job offer
-    task_timeout = 3600.0          # seconds a party has to answer one task before the job fails
+    accept_timeout = 120.0         # seconds a party has to accept or refuse a job offer (old name: offer_timeout)
+    answer_timeout = 300.0         # seconds every party has to answer one task (old name: task_timeout);
+                                   # a silent party ends the job as failed, resumable ('dpfed job resume')
+    min_ping_interval = 5.0        # shortest keepalive ping interval tolerated from a client (they ping every 20 s)
+    heartbeat_seconds = 10.0       # idle task streams and job watches carry a message this often
     max_message_bytes = 4194304    # gRPC message limit, enforced on send and receive
     chunk_bytes = 1048576          # array payload per message (must be below max_message_bytes)
     plugins = []                   # extra modules defining ALGORITHMS (must match the parties')
@@ -22,7 +25,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from protos.codec import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MESSAGE_BYTES
+from protos.codec import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MESSAGE_BYTES, MIN_PING_INTERVAL_SECONDS
 from dpfed.federation.config import ConfigError, read_toml, tls_from
 from dpfed.federation.tls import TlsFiles
 
@@ -35,11 +38,13 @@ class CoordinatorConfig:
     state_dir: Path = Path("state")
     tls: TlsFiles | None = None
     insecure: bool = False
-    offer_timeout: float = 60.0
-    task_timeout: float = 3600.0
+    offer_timeout: float = 120.0        # TOML: accept_timeout (or offer_timeout)
+    task_timeout: float = 300.0         # TOML: answer_timeout (or task_timeout)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     plugins: tuple[str, ...] = field(default=())
+    min_ping_interval: float = MIN_PING_INTERVAL_SECONDS
+    heartbeat_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         if not self.insecure and self.tls is None:
@@ -47,13 +52,16 @@ class CoordinatorConfig:
         if not 0 < self.chunk_bytes <= self.max_message_bytes - 65536:
             raise ConfigError("chunk_bytes must be positive and at least 64 KiB below max_message_bytes")
         if not (self.offer_timeout > 0 and self.task_timeout > 0):
-            raise ConfigError("offer_timeout and task_timeout must be positive")
+            raise ConfigError("accept_timeout (offer_timeout) and answer_timeout (task_timeout) must be positive")
+        if not (self.min_ping_interval > 0 and self.heartbeat_seconds > 0):
+            raise ConfigError("min_ping_interval and heartbeat_seconds must be positive")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CoordinatorConfig":
         t, base = read_toml(path)
-        known = {"listen", "state_dir", "insecure", "offer_timeout", "task_timeout", "max_message_bytes",
-                 "chunk_bytes", "plugins", "tls"}
+        known = {"listen", "state_dir", "insecure", "offer_timeout", "task_timeout", "accept_timeout",
+                 "answer_timeout", "min_ping_interval", "heartbeat_seconds", "max_message_bytes", "chunk_bytes",
+                 "plugins", "tls"}
         unknown = sorted(set(t) - known)
         if unknown:
             raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -61,8 +69,11 @@ class CoordinatorConfig:
         try:
             return cls(listen=str(t.get("listen", cls.listen)), state_dir=base / str(t.get("state_dir", "state")),
                        tls=None if insecure and "tls" not in t else tls_from(t, base, str(path)),
-                       insecure=insecure, offer_timeout=float(t.get("offer_timeout", cls.offer_timeout)),
-                       task_timeout=float(t.get("task_timeout", cls.task_timeout)),
+                       insecure=insecure,
+                       offer_timeout=_alias(t, "accept_timeout", "offer_timeout", cls.offer_timeout, path),
+                       task_timeout=_alias(t, "answer_timeout", "task_timeout", cls.task_timeout, path),
+                       min_ping_interval=float(t.get("min_ping_interval", cls.min_ping_interval)),
+                       heartbeat_seconds=float(t.get("heartbeat_seconds", cls.heartbeat_seconds)),
                        max_message_bytes=int(t.get("max_message_bytes", cls.max_message_bytes)),
                        chunk_bytes=int(t.get("chunk_bytes", cls.chunk_bytes)),
                        plugins=tuple(str(p) for p in t.get("plugins", ())))
@@ -70,3 +81,10 @@ class CoordinatorConfig:
             if isinstance(exc, ConfigError):
                 raise
             raise ConfigError(f"{path}: {exc}") from None
+
+
+def _alias(t: dict, key: str, old: str, default: float, path: object) -> float:
+    """A setting spelled ``key`` or by its older name ``old`` (both accepted; they must agree)."""
+    if key in t and old in t and float(t[key]) != float(t[old]):
+        raise ConfigError(f"{path}: {key} and its old name {old} disagree; give one")
+    return float(t.get(key, t.get(old, default)))

@@ -12,12 +12,29 @@ Checks on every party message: protocol version, a session issued to this certif
 the active job id, the current round and task id, one result per party per task (a replayed,
 duplicated or out-of-order result is rejected with a gRPC error and changes nothing).
 
-Disconnect policy: if a party taking part in a job disconnects (its task stream ends), refuses a
-task, or does not answer within ``task_timeout``, the job fails cleanly with that reason; the
-coordinator keeps serving. Charges already made stay recorded: each party's own ledger holds its
-charge, and the coordinator's global budget holds every accepted plan exactly once (charge id
-``JOB:plan``). Nothing is retried automatically, so nothing is charged twice; the operator may
-submit the job again, which is a new job with a new charge. Likewise, when one party refuses an
+The global budget records, for every party that accepts, the job's plan as the coordinator computes
+it from the public spec (``algo.party().job_event(spec)``); a party reporting any other event is
+refused and the job fails (nothing of the job has left any party yet).
+
+Faults, and resuming at no extra privacy cost. A job is its id and its parameters: offered again
+with both unchanged, a party treats it as a resume (no new charge; it replays its stored answer to
+the latest round and computes only rounds it has not answered). The coordinator checkpoints its
+half of the job durably (:meth:`StateStore.save_checkpoint`) before broadcasting every round: the
+algorithm's state after the previous round and the task about to be sent. So:
+
+- *The coordinator stops or crashes* (``kill -9`` included): on restart every job that was offering
+  or running is queued again; it waits up to ``accept_timeout`` for its parties to reconnect,
+  re-offers the same spec and continues from the checkpointed round, re-sending the identical task.
+- *A party disconnects* mid-job: the job does not fail. When the party registers again within the
+  round's ``answer_timeout`` it is re-offered the job and, once it has accepted (a resume), sent the
+  current round's task again unless its answer had already arrived.
+- *A party stays silent* (does not answer an offer within ``accept_timeout`` or a task within
+  ``answer_timeout``, counted from the broadcast) or refuses a task: the job fails with the reason,
+  its checkpoint is kept, and ``dpfed job resume JOB`` (Admin ``ResumeJob``) queues it again; the
+  queue moves on to the next job meanwhile. Cancelled and refused jobs may be resumed too.
+
+Charges already made stay recorded: each party's own ledger holds its charge, and the global
+budget holds every accepted plan exactly once (charge id ``JOB:plan``). When one party refuses an
 offer, the parties that accepted have already charged their plan (each decides alone, before it
 knows the others' answers); the job ends as ``refused`` and those charges stay recorded.
 """
@@ -38,15 +55,16 @@ import grpc
 import numpy as np
 
 from coordinator.config import CoordinatorConfig
-from coordinator.state import JobRecord, StateStore
+from coordinator.state import RESUMABLE_STATES, CheckpointError, JobRecord, StateStore
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
 from dpfed.algorithms.driver import drive
 from dpfed.algorithms.params import validate
+from dpfed.core import accounting
 from dpfed.data.schema import Schema
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
-from protos.codec import (PROTOCOL_VERSION, ArrayAssembler, ProtocolError, channel_options, chunk_groups,
-                          encode_arrays)
+from protos.codec import (PROTOCOL_VERSION, ArrayAssembler, ProtocolError, chunk_groups, encode_arrays,
+                          server_options)
 from dpfed.algorithms.secure_noise import is_secure
 from dpfed.federation.plugins import load_algorithm
 from dpfed.federation.secure_gather import SecureGather
@@ -55,7 +73,6 @@ from dpfed.federation.tls import peer_identity, peer_revoked, server_credentials
 __all__ = ["Coordinator", "serve"]
 
 log = logging.getLogger("dpfed.coordinator")
-_HEARTBEAT_SECONDS = 10.0
 
 
 class _Abort(Exception):
@@ -71,6 +88,8 @@ class _Session:
     outbox: "queue.Queue[pb.CoordinatorMessage | None]" = field(default_factory=queue.Queue)
     streaming: bool = False
     closed: bool = False
+    offered: str = ""                # the job id this session was offered (each session answers an offer once)
+    responded: bool = False
 
 
 @dataclass
@@ -79,11 +98,17 @@ class _Active:
 
     spec: JobSpec
     parties: list[str]
-    responses: dict[str, pb.JobResponse] = field(default_factory=dict)
+    event: Any                       # the plan's DpEvent, computed here from the public spec
+    offer: pb.CoordinatorMessage
+    responses: dict[str, pb.JobResponse] = field(default_factory=dict)   # first answer to the offer, per party
+    ready: set[str] = field(default_factory=set)    # parties whose current session accepted the job
     round: int = -1
     task_id: str = ""
+    msgs: dict[str, list[pb.CoordinatorMessage]] = field(default_factory=dict)  # the round's task per party
     answers: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     receiving: set[str] = field(default_factory=set)
+    complete: bool = False           # every answer of the current round is in
+    mismatch: dict[str, str] = field(default_factory=dict)   # parties whose reported event was refused
     failure: str = ""
     tolerant: bool = False       # secure aggregation: a refused task is a dropout, not a failure
     errors: set[str] = field(default_factory=set)
@@ -105,6 +130,9 @@ class Coordinator:
         self._active: _Active | None = None
         self._cancel: set[str] = set()
         self._stopping = False
+        for rec in sorted(self.jobs.values(), key=lambda r: r.created):
+            if rec.state == "queued":  # queued, or interrupted by a restart: run (resume) them in order
+                self._queue.put(rec.job_id)
         self._runner = threading.Thread(target=self._run_loop, name="dpfed-job-runner", daemon=True)
         self._runner.start()
 
@@ -194,10 +222,12 @@ class Coordinator:
         self._by_token.pop(sess.token, None)
         if self._sessions.get(sess.name) is sess:
             del self._sessions[sess.name]
-        act = self._active
-        if act is not None and sess.name in act.parties:
-            self._fail_active(f"party {sess.name!r} disconnected during job {act.spec.job_id} "
-                              f"(round {act.round}): {why}")
+            act = self._active
+            if act is not None and sess.name in act.parties:
+                # Not a failure: the party may come back within the round's timeout and resume.
+                act.ready.discard(sess.name)
+                log.warning("party %s left job %s in round %d (%s); waiting for it to come back",
+                            sess.name, act.spec.job_id, act.round, why)
         self._changed()
 
     def task_stream(self, req: pb.StreamRequest, context: grpc.ServicerContext) -> Iterator[pb.CoordinatorMessage]:
@@ -206,6 +236,9 @@ class Coordinator:
             if sess.streaming:
                 raise _Abort(grpc.StatusCode.ALREADY_EXISTS, "this session already has a task stream")
             sess.streaming = True
+            act = self._active
+            if act is not None and sess.name in act.parties and sess.name not in act.ready and act.offer is not None:
+                self._offer_to(sess, act)  # the party came back during a job: offer it again (a resume)
             self._changed()
 
         def gone() -> None:
@@ -216,37 +249,76 @@ class Coordinator:
         log.info("party %s connected", sess.name)
         while True:
             try:
-                msg = sess.outbox.get(timeout=_HEARTBEAT_SECONDS)
+                msg = sess.outbox.get(timeout=self.config.heartbeat_seconds)
             except queue.Empty:
                 msg = pb.CoordinatorMessage(version=PROTOCOL_VERSION, round=-1, heartbeat=True)
             if msg is None or not context.is_active():
                 return
             yield msg
 
+    def _offer_to(self, sess: _Session, act: _Active) -> None:
+        """Call with self._cond held: put the job offer on one session's stream."""
+        sess.offered, sess.responded = act.spec.job_id, False
+        sess.outbox.put(act.offer)
+
+    def _resend(self, act: _Active, name: str) -> None:
+        """Call with self._cond held: give ``name``'s current session the current round's task if it
+        has accepted the job and its answer is neither in nor arriving."""
+        sess = self._sessions.get(name)
+        if (sess is not None and self._active is act and name in act.ready and act.round >= 0 and not act.complete
+                and name not in act.answers and name not in act.receiving):
+            for m in act.msgs.get(name, []):
+                sess.outbox.put(m)
+
     def respond_job(self, req: pb.JobResponse, context: grpc.ServicerContext) -> pb.JobResponseAck:
         sess = self._session(context, req.version, req.session)
+        name = sess.name
         with self._cond:
             act = self._active
             if act is None or act.spec.job_id != req.job_id:
                 raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {req.job_id!r} (no such job is on offer)")
-            if sess.name not in act.parties:
-                raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"{sess.name!r} takes no part in job {req.job_id}")
+            if name not in act.parties:
+                raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"{name!r} takes no part in job {req.job_id}")
             if req.round != -1 or req.task_id:
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "a job response carries round -1 and no task id")
-            if sess.name in act.responses:
-                raise _Abort(grpc.StatusCode.ALREADY_EXISTS, f"{sess.name!r} already answered the offer of {req.job_id}")
-            if act.round >= 0:
-                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, "the offer phase of this job is over")
+            if sess.offered != req.job_id or sess.responded:
+                raise _Abort(grpc.StatusCode.ALREADY_EXISTS, f"{name!r} already answered the offer of {req.job_id}")
         if req.accept:
-            # The party has charged its ledger; record the release in the global budget before anything else.
+            # The global budget records the plan as the coordinator computes it from the public spec; a
+            # party reporting another event is refused and the job fails (finding 12). A malformed event
+            # is rejected and the party may answer again.
             try:
-                self.store.record_release(sess.name, req.job_id, req.event_json)
-            except ValueError as exc:
+                reported = accounting.flatten([accounting.event_from_json(req.event_json)])
+            except (ValueError, TypeError, KeyError) as exc:
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed privacy event: {exc}") from None
+            if reported != accounting.flatten([act.event]):
+                why = "its reported privacy event differs from the job's plan (recomputed by the coordinator)"
+                with self._cond:
+                    if not sess.responded:
+                        sess.responded = True
+                        act.mismatch[name] = f"party {name!r} accepted job {req.job_id} but {why}; not recorded"
+                        if name in act.responses:  # mid-job: fail now
+                            self._fail_active(act.mismatch[name])
+                        else:  # the offer phase ends (the others' charges are recorded), then the job fails
+                            act.responses[name] = req
+                        self._changed()
+                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, why)
         with self._cond:
-            if sess.name in act.responses:
-                raise _Abort(grpc.StatusCode.ALREADY_EXISTS, f"{sess.name!r} already answered the offer of {req.job_id}")
-            act.responses[sess.name] = req
+            if sess.responded:
+                raise _Abort(grpc.StatusCode.ALREADY_EXISTS, f"{name!r} already answered the offer of {req.job_id}")
+            sess.responded = True
+            rejoin = name in act.responses
+        if req.accept:
+            self.store.record_release(name, req.job_id, accounting.event_to_json(act.event))
+        with self._cond:
+            if not rejoin:
+                act.responses[name] = req
+            if req.accept:
+                act.ready.add(name)
+                self._resend(act, name)  # back after a disconnect: the current round's task again
+            elif rejoin:
+                self._fail_active(f"party {name!r} refused to resume job {req.job_id}: "
+                                  f"{req.reason or 'no reason given'}")
             self._changed()
         return pb.JobResponseAck(version=PROTOCOL_VERSION)
 
@@ -262,10 +334,12 @@ class Coordinator:
                 raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {first.job_id!r}")
             if name not in act.parties:
                 raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"{name!r} takes no part in job {first.job_id}")
-            if first.round != act.round:
+            if name not in act.ready:
+                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, f"{name!r} has not accepted job {first.job_id}")
+            if first.round != act.round or act.complete:
                 raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
-                             f"result for round {first.round} but round {act.round} is current "
-                             "(replayed or out-of-order result rejected)")
+                             f"result for round {first.round} but round {act.round} is "
+                             f"{'complete' if act.complete else 'current'} (replayed or out-of-order result rejected)")
             if first.task_id != act.task_id:
                 raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown task id {first.task_id!r} for round {act.round}")
             if name in act.answers or name in act.receiving:
@@ -296,10 +370,12 @@ class Coordinator:
         except BaseException:
             with self._cond:
                 act.receiving.discard(name)
+                if self._sessions.get(name) is not sess:  # the upload died with its connection; the party
+                    self._resend(act, name)               # came back meanwhile: ask its new session
             raise
         with self._cond:
             act.receiving.discard(name)
-            if self._active is not act or act.round != first.round or act.task_id != first.task_id:
+            if self._active is not act or act.round != first.round or act.task_id != first.task_id or act.complete:
                 raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, "the task was closed while the result arrived")
             if error and act.tolerant:
                 act.errors.add(name)
@@ -367,7 +443,8 @@ class Coordinator:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         with self._cond:
             if job_id in self.jobs:
-                raise _Abort(grpc.StatusCode.ALREADY_EXISTS, f"job {job_id!r} exists already")
+                raise _Abort(grpc.StatusCode.ALREADY_EXISTS, f"job {job_id!r} exists already (to continue it after "
+                             f"a failure: dpfed job resume {job_id})")
             rec = JobRecord(job_id, req.algorithm, params, schema, list(req.parties))
             self.jobs[job_id] = rec
             self.store.save_job(rec)
@@ -383,7 +460,9 @@ class Coordinator:
                 raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
             if rec.state == "queued":
                 rec.state, rec.reason, rec.finished = "cancelled", "cancelled by the operator before it started", time.time()
+                rec.resumable = True
                 self.store.save_job(rec)
+                self._changed()
             elif not rec.terminal:
                 self._cancel.add(job_id)
                 if self._active is not None and self._active.spec.job_id == job_id:
@@ -391,9 +470,28 @@ class Coordinator:
                 self._changed()
             return rec
 
+    def resume_job(self, job_id: str) -> JobRecord:
+        """Queue a failed, cancelled or refused job again under the same id and parameters: its parties
+        treat it as a resume (no new charge) and it continues from its last checkpointed round."""
+        with self._cond:
+            rec = self.jobs.get(job_id)
+            if rec is None:
+                raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
+            if rec.state not in RESUMABLE_STATES:
+                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
+                             f"job {job_id} is {rec.state}; only failed, cancelled or refused jobs can be resumed")
+            rec.state, rec.reason, rec.finished, rec.resumable = "queued", "", None, False
+            rec.resumes += 1
+            self.store.save_job(rec)
+            self._changed()
+        self._queue.put(job_id)
+        log.info("job %s queued to resume", job_id)
+        return rec
+
     def watch(self, job_id: str, context: grpc.ServicerContext | None = None,
               timeout: float | None = None) -> Iterator[dict[str, Any]]:
-        """Yield the job record whenever it changes, until it reaches a terminal state."""
+        """Yield the job record whenever it changes, until it reaches a terminal state; while nothing
+        changes, yield it again every ``heartbeat_seconds`` (data on the stream keeps it alive)."""
         seen = -1
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -401,19 +499,20 @@ class Coordinator:
                 rec = self.jobs.get(job_id)
                 if rec is None:
                     raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
-                while self._version == seen:
+                beat = time.monotonic() + self.config.heartbeat_seconds
+                while self._version == seen and time.monotonic() < beat:
                     if context is not None and not context.is_active():
                         return
                     if deadline is not None and time.monotonic() > deadline:
                         return
-                    self._cond.wait(timeout=1.0)
+                    self._cond.wait(timeout=max(min(1.0, beat - time.monotonic()), 0.0))
                 seen = self._version
                 snap = rec.to_dict()
             yield snap
             if snap["state"] in ("done", "failed", "refused", "cancelled"):
                 return
 
-    def wait_for_parties(self, names: list[str], timeout: float) -> bool:
+    def wait_for_parties(self, names: list[str], timeout: float, give_up=lambda: False) -> bool:
         """Block until every party in ``names`` has an open task stream (True) or time runs out."""
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -421,6 +520,8 @@ class Coordinator:
                 missing = [n for n in names if not (n in self._sessions and self._sessions[n].streaming)]
                 if not missing:
                     return True
+                if self._stopping or give_up():
+                    return False
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -444,7 +545,16 @@ class Coordinator:
     def _finish(self, rec: JobRecord, state: str, reason: str = "") -> None:
         with self._cond:
             act, self._active = self._active, None
+            if self._stopping and state in ("failed", "cancelled") and rec.job_id not in self._cancel:
+                # interrupted by the shutdown: keeps its state on disk and resumes on restart
+                rec.reason = f"interrupted: {reason}"
+                self.store.save_job(rec)
+                self._changed()
+                return
             rec.state, rec.reason, rec.finished = state, reason, time.time()
+            rec.resumable = state in RESUMABLE_STATES
+            if rec.resumable and reason:
+                rec.reason = f"{reason} (continue it with: dpfed job resume {rec.job_id})"
             self._cancel.discard(rec.job_id)
             self.store.save_job(rec)
             parties = act.parties if act is not None else []
@@ -454,18 +564,19 @@ class Coordinator:
                     sess.outbox.put(pb.CoordinatorMessage(version=PROTOCOL_VERSION, job_id=rec.job_id, round=-1,
                                                           job_end=f"{state}: {reason}" if reason else state))
             self._changed()
+        if state == "done":
+            self.store.drop_checkpoint(rec.job_id)
         log.info("job %s %s %s", rec.job_id, state, reason)
 
-    def _wait(self, act: _Active, done, timeout: float, what: str) -> None:
+    def _wait(self, act: _Active, done, timeout: float, what: str, waiting) -> None:
         """Wait (on the condition) until ``done()`` or the job fails; raise on failure or timeout."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while not act.failure and not done():
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    waiting = [p for p in act.parties if p not in act.answers and p not in act.responses] \
-                        if act.round < 0 else [p for p in act.parties if p not in act.answers]
-                    self._fail_active(f"timed out after {timeout:g} s waiting for {what} from {', '.join(waiting)}")
+                    self._fail_active(f"timed out after {timeout:g} s waiting for {what} from "
+                                      f"{', '.join(waiting())}")
                     break
                 self._cond.wait(timeout=left)
             if act.failure:
@@ -473,7 +584,11 @@ class Coordinator:
 
     def _run_job(self, rec: JobRecord) -> None:
         cfg = self.config
+        if rec.parties:  # named parties (every resumed job): give them time to (re)connect
+            self.wait_for_parties(list(rec.parties), cfg.offer_timeout, lambda: rec.terminal)
         with self._cond:
+            if rec.terminal:  # cancelled while it waited for its parties
+                return
             if rec.job_id in self._cancel:
                 self._finish(rec, "cancelled", "cancelled by the operator before it started")
                 return
@@ -484,7 +599,7 @@ class Coordinator:
             self._finish(rec, "failed", "no party is connected")
             return
         if missing:
-            self._finish(rec, "failed", f"party {', '.join(missing)} not connected")
+            self._finish(rec, "failed", f"party {', '.join(missing)} not connected (waited {cfg.offer_timeout:g} s)")
             return
         schemas = {json.dumps(self.store.parties.get(p, {}).get("schema"), sort_keys=True) for p in parties}
         if rec.schema is None:
@@ -498,32 +613,52 @@ class Coordinator:
                 params.setdefault("roster", list(parties))
             spec = JobSpec(rec.job_id, rec.algorithm, params, Schema.from_dict(rec.schema))
             algo = load_algorithm(rec.algorithm, cfg.plugins)
-        except (ValueError, ImportError, KeyError) as exc:
-            self._finish(rec, "failed", f"bad job: {exc}")
+            event = algo.party().job_event(spec)  # the plan every party must charge (public parameters)
+        except Exception as exc:  # noqa: BLE001 - any bad parameter ends this job only
+            self._finish(rec, "failed", f"bad job: {type(exc).__name__}: {exc}")
             return
-        act = _Active(spec, parties)
+        try:
+            checkpoint = self.store.load_checkpoint(rec.job_id)
+        except CheckpointError as exc:
+            self._finish(rec, "failed", str(exc))
+            return
+        offer = pb.CoordinatorMessage(version=PROTOCOL_VERSION, job_id=spec.job_id, round=-1,
+                                      offer=pb.JobOffer(spec_json=spec.to_json()))
+        act = _Active(spec, parties, event, offer)
         with self._cond:
             self._active = act
-            rec.parties, rec.state, rec.started = parties, "offering", time.time()
+            rec.parties, rec.state, rec.refusals = parties, "offering", {}
+            rec.started = rec.started or time.time()
             self.store.save_job(rec)
-            offer = pb.CoordinatorMessage(version=PROTOCOL_VERSION, job_id=spec.job_id, round=-1,
-                                          offer=pb.JobOffer(spec_json=spec.to_json()))
             for p in parties:
-                self._sessions[p].outbox.put(offer)
+                self._offer_to(self._sessions[p], act)
             self._changed()
         try:
-            self._wait(act, lambda: len(act.responses) == len(parties), cfg.offer_timeout, "an answer to the offer")
+            self._wait(act, lambda: len(act.responses) == len(parties), cfg.offer_timeout, "an answer to the offer",
+                       lambda: [p for p in parties if p not in act.responses])
         except _JobFailed as exc:
             self._record_offer(rec, act)
             self._finish(rec, "cancelled" if rec.job_id in self._cancel else "failed", str(exc))
             return
         self._record_offer(rec, act)
+        if act.mismatch:
+            self._finish(rec, "failed", "; ".join(v for _, v in sorted(act.mismatch.items())))
+            return
         if rec.refusals:
             self._finish(rec, "refused", "; ".join(f"{p} refused: {r}" for p, r in sorted(rec.refusals.items())))
             return
-        coord = algo.coordinator(spec, parties)
+        first: Task | None = None
+        if checkpoint is None:
+            coord, rec.rounds = algo.coordinator(spec, parties), 0
+        elif checkpoint.get("spec_json") != spec.to_json() or checkpoint.get("parties") != parties:
+            self._finish(rec, "failed", "the job's checkpoint belongs to another spec or set of parties")
+            return
+        else:
+            coord, first, rec.rounds = checkpoint["coordinator"], checkpoint["task"], int(checkpoint["rounds"])
+            rec.resumed_at.append(int(first.round))
+            log.info("job %s resumes at round %d", rec.job_id, first.round)
         with self._cond:
-            rec.state = "running"
+            rec.state, rec.progress = "running", float(coord.progress)
             self.store.save_job(rec)
             self._changed()
         last_save = time.monotonic()
@@ -540,20 +675,23 @@ class Coordinator:
                     self._cond.wait(timeout=left)
                 if act.failure:
                     raise _JobFailed(act.failure)
-                answers, act.answers, act.errors = act.answers, {}, set()
+                answers, act.answers, act.errors, act.complete = act.answers, {}, set(), True
             return answers
 
         secure = SecureGather(spec, algo.party(), send) if is_secure(spec.params) else None
         act.tolerant = secure is not None
 
         def gather(task: Task) -> list[Aggregate]:
+            # Durable before the round leaves: the state after the previous round and this very task.
+            self.store.save_checkpoint(rec.job_id, {"spec_json": spec.to_json(), "parties": parties,
+                                                    "rounds": rec.rounds, "coordinator": coord, "task": task})
             if secure is not None:
                 return secure(task)
             self._broadcast(act, task)
             self._wait(act, lambda: len(act.answers) == len(parties), cfg.task_timeout,
-                       f"results of round {task.round}")
+                       f"results of round {task.round}", lambda: [p for p in parties if p not in act.answers])
             with self._cond:
-                answers, act.answers = act.answers, {}
+                answers, act.answers, act.complete = act.answers, {}, True
             return [Aggregate(a, (name,)) for name, a in sorted(answers.items())]
 
         def on_round(task: Task, c: CoordinatorAlgorithm) -> None:
@@ -567,7 +705,7 @@ class Coordinator:
                 self._changed()
 
         try:
-            drive(coord, gather, algo.combine, on_round=on_round)
+            drive(coord, gather, algo.combine, on_round=on_round, first=first)
         except _JobFailed as exc:
             self._finish(rec, "cancelled" if rec.job_id in self._cancel else "failed", str(exc))
             return
@@ -580,6 +718,8 @@ class Coordinator:
     def _record_offer(self, rec: JobRecord, act: _Active) -> None:
         with self._cond:
             for p, r in act.responses.items():
+                if p in act.mismatch:
+                    continue
                 if r.accept:
                     rec.party_epsilon[p] = float(r.epsilon_job)
                 else:
@@ -587,8 +727,9 @@ class Coordinator:
             self.store.save_job(rec)
 
     def _broadcast(self, act: _Active, task: Task, per_party: Mapping[str, Task] | None = None) -> None:
-        """Put the task on every party's stream: a header part, then chunk groups (``per_party``: each
-        listed party gets its own task of the same round and task id, e.g. a SecAgg step)."""
+        """Put the task on the stream of every party that has accepted: a header part, then chunk groups
+        (``per_party``: each listed party gets its own task of the same round and task id, e.g. a SecAgg
+        step). A party that is away gets it when it comes back and accepts again (:meth:`respond_job`)."""
         cfg = self.config
         task_id = uuid.uuid4().hex
         ids = dict(version=PROTOCOL_VERSION, job_id=act.spec.job_id, round=int(task.round), task_id=task_id)
@@ -609,11 +750,12 @@ class Coordinator:
             if act.failure:
                 raise _JobFailed(act.failure)
             act.round, act.task_id, act.answers, act.errors = int(task.round), task_id, {}, set()
+            act.msgs, act.complete = out, False
             for p, msgs in out.items():
                 sess = self._sessions.get(p)
-                if sess is None:
-                    self._fail_active(f"party {p!r} disconnected before round {task.round}")
-                    raise _JobFailed(act.failure)
+                if sess is None or p not in act.ready:
+                    log.warning("party %s is away; round %d of job %s waits for it", p, task.round, act.spec.job_id)
+                    continue
                 for m in msgs:
                     sess.outbox.put(m)
 
@@ -724,6 +866,12 @@ class _AdminService(pbg.AdminServicer):
         rec = self.c.cancel_job(request.job_id)
         return pb.JobState(version=PROTOCOL_VERSION, job_json=json.dumps(rec.to_dict(), allow_nan=True))
 
+    @_guard
+    def ResumeJob(self, request, context):
+        self.c._check_admin(context, request.version)
+        rec = self.c.resume_job(request.job_id)
+        return pb.JobState(version=PROTOCOL_VERSION, job_json=json.dumps(rec.to_dict(), allow_nan=True))
+
     @_guard_stream
     def GetModel(self, request, context):
         self.c._check_admin(context, request.version)
@@ -755,7 +903,7 @@ def serve(config: CoordinatorConfig, *, max_workers: int = 64) -> RunningServer:
         warn_insecure(log)
     coord = Coordinator(config)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dpfed-rpc"),
-                         options=channel_options(config.max_message_bytes))
+                         options=server_options(config.max_message_bytes, config.min_ping_interval))
     pbg.add_PartyServicer_to_server(_PartyService(coord), server)
     pbg.add_AdminServicer_to_server(_AdminService(coord), server)
     if config.insecure:

@@ -5,18 +5,29 @@ Layout of ``state_dir``::
     parties.json          known parties: declared limits, schema, last seen (public facts)
     jobs/JOB.json         one record per job (state, progress, reason, per-party spends, summary)
     models/JOB.npz        the trained model of each finished job
+    checkpoints/JOB.pkl   the coordinator's half of an unfinished job, rewritten before every round
     budget/PARTY.sqlite   the global budget: a BudgetLedger per party mirroring what it released
 
 The global budget composes, per party, every plan that party accepted (sequential composition
 within a party; parties hold disjoint records, so across parties composition is parallel and the
 job's spend is the largest party spend). Each accepted plan is recorded once, under the same
 charge id the party used (``JOB:plan``), so a repeated acceptance never counts twice. Files are
-replaced atomically (write to a temporary file, fsync, rename).
+replaced atomically (write to a temporary file, fsync, rename, fsync the directory).
+
+Checkpoints are pickles of the algorithm's coordinator half (public, post-processed state only:
+the spec, the model so far, counters) together with the task about to be broadcast. Pickle, not a
+per-algorithm ``state()/restore()``: every coordinator half, plugins included, is checkpointed
+without writing code for it (a test pickles each registered algorithm mid-job and checks that the
+continued run equals the uninterrupted one), and the file lives in the coordinator's own state
+directory, which is as trusted as its code (it also holds the models and the global budget). A
+checkpoint that cannot be read (e.g. written by another dpfed version) fails its job's resume with
+that reason; it never takes the coordinator down.
 """
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import tempfile
 import threading
 import time
@@ -27,11 +38,13 @@ from typing import Any, Mapping
 import numpy as np
 
 from dpfed.core.accounting import event_from_json
+from dpfed.core.errors import DpfedError
 from dpfed.core.ledger import BudgetLedger
 
-__all__ = ["JobRecord", "StateStore", "TERMINAL_STATES"]
+__all__ = ["CheckpointError", "JobRecord", "StateStore", "TERMINAL_STATES", "RESUMABLE_STATES"]
 
 TERMINAL_STATES = frozenset({"done", "failed", "refused", "cancelled"})
+RESUMABLE_STATES = frozenset({"failed", "refused", "cancelled"})
 _MIRROR_EPSILON_LIMIT = 1e9  # the mirror records; the party's own ledger enforces its limit
 
 
@@ -43,10 +56,29 @@ def _atomic_write(path: Path, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename in ``path`` durable (POSIX; a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class CheckpointError(DpfedError, RuntimeError):
+    """A job's checkpoint exists but cannot be read."""
 
 
 @dataclass
@@ -68,6 +100,9 @@ class JobRecord:
     created: float = field(default_factory=time.time)
     started: float | None = None
     finished: float | None = None
+    resumes: int = 0                 # times the job was resumed (after a restart or 'dpfed job resume')
+    resumed_at: list[int] = field(default_factory=list)   # the round each resume continued from
+    resumable: bool = False          # failed, cancelled or refused: 'dpfed job resume JOB' continues it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,7 +117,7 @@ class StateStore:
 
     def __init__(self, state_dir: str | os.PathLike) -> None:
         self.root = Path(state_dir)
-        for sub in ("jobs", "models", "budget"):
+        for sub in ("jobs", "models", "budget", "checkpoints"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._ledgers: dict[str, BudgetLedger] = {}
@@ -93,16 +128,41 @@ class StateStore:
 
     # -- jobs ------------------------------------------------------------------------------
     def load_jobs(self) -> dict[str, JobRecord]:
-        """All job records; any job that was not finished is marked failed (we restarted)."""
+        """All job records. A job that was offering or running when the coordinator stopped is queued
+        again to resume (its parties treat the same id and parameters as a resume: no new charge)."""
         jobs = {}
         for f in sorted((self.root / "jobs").glob("*.json")):
             rec = JobRecord(**json.loads(f.read_text()))
-            if not rec.terminal:
-                rec.state, rec.reason = "failed", "the coordinator restarted while the job was " + rec.state
-                rec.finished = time.time()
+            if rec.state in ("offering", "running"):
+                rec.reason = f"resuming after a coordinator restart (it was {rec.state}, {rec.rounds} round(s) done)"
+                rec.state, rec.resumes = "queued", rec.resumes + 1
                 self.save_job(rec)
             jobs[rec.job_id] = rec
         return jobs
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def _checkpoint_path(self, job_id: str) -> Path:
+        return self.root / "checkpoints" / f"{job_id}.pkl"
+
+    def save_checkpoint(self, job_id: str, state: Mapping[str, Any]) -> None:
+        """Durably replace the job's checkpoint with ``state`` (pickled)."""
+        _atomic_write(self._checkpoint_path(job_id), pickle.dumps(dict(state), protocol=pickle.HIGHEST_PROTOCOL))
+
+    def load_checkpoint(self, job_id: str) -> dict[str, Any] | None:
+        """The job's last checkpoint, None if it has none; :class:`CheckpointError` if unreadable."""
+        path = self._checkpoint_path(job_id)
+        if not path.exists():
+            return None
+        try:
+            state = pickle.loads(path.read_bytes())  # noqa: S301 - our own state directory
+        except Exception as exc:  # noqa: BLE001 - any unpickling failure
+            raise CheckpointError(f"checkpoint {path.name} cannot be read ({type(exc).__name__}: {exc})") from None
+        if not isinstance(state, dict):
+            raise CheckpointError(f"checkpoint {path.name} is not a checkpoint")
+        return state
+
+    def drop_checkpoint(self, job_id: str) -> None:
+        self._checkpoint_path(job_id).unlink(missing_ok=True)
 
     def save_job(self, rec: JobRecord) -> None:
         with self._lock:

@@ -17,7 +17,8 @@ import numpy as np
 from protos import dpfed_pb2 as pb
 
 __all__ = ["PROTOCOL_VERSION", "ProtocolError", "DEFAULT_MAX_MESSAGE_BYTES", "DEFAULT_CHUNK_BYTES",
-           "DEFAULT_MAX_ARRAY_BYTES", "encode_arrays", "ArrayAssembler", "channel_options"]
+           "DEFAULT_MAX_ARRAY_BYTES", "KEEPALIVE_SECONDS", "MIN_PING_INTERVAL_SECONDS", "encode_arrays",
+           "ArrayAssembler", "channel_options", "server_options"]
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024     # gRPC send/receive limit, both sides
@@ -31,12 +32,30 @@ class ProtocolError(DpfedError, ValueError):
     """A message breaks the protocol (bad version, ids, chunks, dtypes, sizes)."""
 
 
-def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
-    """gRPC options enforcing the maximum message size (used by both ends)."""
+KEEPALIVE_SECONDS = 20.0                         # clients (parties, operators) ping an idle connection this often
+MIN_PING_INTERVAL_SECONDS = 5.0                  # the server tolerates pings down to this interval
+
+
+def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                    keepalive_seconds: float = KEEPALIVE_SECONDS) -> list[tuple[str, int]]:
+    """Client-side gRPC options: the maximum message size and keepalive pings every ``keepalive_seconds``
+    (also without calls), so that a dead peer is noticed and idle NATs keep the connection."""
     return [("grpc.max_send_message_length", int(max_message_bytes)),
             ("grpc.max_receive_message_length", int(max_message_bytes)),
-            ("grpc.keepalive_time_ms", 20000), ("grpc.keepalive_timeout_ms", 10000),
+            ("grpc.keepalive_time_ms", int(keepalive_seconds * 1000)), ("grpc.keepalive_timeout_ms", 10000),
             ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)]
+
+
+def server_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                   min_ping_interval_seconds: float = MIN_PING_INTERVAL_SECONDS) -> list[tuple[str, int]]:
+    """Server-side gRPC options: the maximum message size, and a ping policy that accepts the clients'
+    keepalive pings (gRPC's default answers a ping more often than every 5 minutes without data with
+    GOAWAY ``too_many_pings``, which broke ``dpfed job wait`` after a minute of silence)."""
+    return [("grpc.max_send_message_length", int(max_message_bytes)),
+            ("grpc.max_receive_message_length", int(max_message_bytes)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", int(min_ping_interval_seconds * 1000)),
+            ("grpc.http2.max_pings_without_data", 0)]
 
 
 def _wire_dtype(dtype: np.dtype) -> np.dtype:

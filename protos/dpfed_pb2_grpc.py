@@ -260,6 +260,11 @@ class AdminStub:
                 request_serializer=protos_dot_dpfed__pb2.JobRequest.SerializeToString,
                 response_deserializer=protos_dot_dpfed__pb2.ModelPart.FromString,
                 _registered_method=True)
+        self.ResumeJob = channel.unary_unary(
+                '/dpfed.v1.Admin/ResumeJob',
+                request_serializer=protos_dot_dpfed__pb2.JobRequest.SerializeToString,
+                response_deserializer=protos_dot_dpfed__pb2.JobState.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -296,6 +301,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResumeJob(self, request, context):
+        """Queue a failed, cancelled or refused job again, same id and parameters: the parties treat it as
+        a resume (no new charge) and it continues from the coordinator's last checkpointed round.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -323,6 +336,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.GetModel,
                     request_deserializer=protos_dot_dpfed__pb2.JobRequest.FromString,
                     response_serializer=protos_dot_dpfed__pb2.ModelPart.SerializeToString,
+            ),
+            'ResumeJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeJob,
+                    request_deserializer=protos_dot_dpfed__pb2.JobRequest.FromString,
+                    response_serializer=protos_dot_dpfed__pb2.JobState.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -460,6 +478,33 @@ class Admin:
             '/dpfed.v1.Admin/GetModel',
             protos_dot_dpfed__pb2.JobRequest.SerializeToString,
             protos_dot_dpfed__pb2.ModelPart.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dpfed.v1.Admin/ResumeJob',
+            protos_dot_dpfed__pb2.JobRequest.SerializeToString,
+            protos_dot_dpfed__pb2.JobState.FromString,
             options,
             channel_credentials,
             insecure,

@@ -25,15 +25,18 @@ Combine = Callable[[Task, Sequence[Aggregate]], Aggregate]
 
 
 def drive(coord: CoordinatorAlgorithm, gather: Gather, combine: Combine, *,
-          on_round: Callable[[Task, CoordinatorAlgorithm], None] | None = None) -> int:
+          on_round: Callable[[Task, CoordinatorAlgorithm], None] | None = None, first: Task | None = None) -> int:
     """Run ``coord`` to the end; return the number of rounds. ``on_round`` runs after each absorb
-    (progress, checkpoints)."""
+    (progress). ``first`` resumes a checkpointed job: the task ``coord.next_task()`` had issued when
+    ``coord`` was saved (asked again as it was, so that parties can replay their stored answers)."""
     rounds = 0
-    while (task := coord.next_task()) is not None:
+    task = first if first is not None else coord.next_task()
+    while task is not None:
         coord.absorb(task, combine(task, list(gather(task))))
         rounds += 1
         if on_round is not None:
             on_round(task, coord)
+        task = coord.next_task()
     return rounds
 
 

@@ -1,4 +1,4 @@
-"""Operator commands: ``dpfed coordinator serve``, ``status``, ``job submit|cancel|wait``,
+"""Operator commands: ``dpfed coordinator serve``, ``status``, ``job submit|wait|cancel|resume``,
 ``model get`` and ``certs init|issue|request|sign|revoke``.
 
 Commands that talk to a running coordinator take ``--coordinator HOST:PORT`` and an operator
@@ -75,8 +75,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--json", action="store_true", help="print the status as one JSON object")
     st.set_defaults(func=_cmd_status)
 
-    job = sub.add_parser("job", help="submit, wait for or cancel jobs")
-    jsub = job.add_subparsers(dest="job_command", metavar="{submit,wait,cancel}")
+    job = sub.add_parser("job", help="submit, wait for, cancel or resume jobs")
+    jsub = job.add_subparsers(dest="job_command", metavar="{submit,wait,cancel,resume}")
     job.set_defaults(func=lambda a: (job.print_help(), 2)[1])
     sb = jsub.add_parser("submit", help="queue a job on the coordinator", conflict_handler="resolve")
     sb.add_argument("--algorithm", required=True,
@@ -92,9 +92,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     _admin_args(sb)
     add_algorithm_arguments(sb)
     sb.set_defaults(func=_cmd_submit)
-    for name, fn, hlp in (("wait", _cmd_wait, "wait for a job to end"), ("cancel", _cmd_cancel, "cancel a job")):
+    for name, fn, hlp in (("wait", _cmd_wait, "wait for a job to end"), ("cancel", _cmd_cancel, "cancel a job"),
+                          ("resume", _cmd_resume, "continue a failed, cancelled or refused job from its last "
+                                                  "completed round (same id and parameters: no new charge)")):
         p = jsub.add_parser(name, help=hlp)
         p.add_argument("job_id", metavar="JOB")
+        if name == "resume":
+            p.add_argument("--wait", action="store_true", help="wait for the job to end and print its record")
         _admin_args(p)
         p.set_defaults(func=fn)
 
@@ -235,7 +239,10 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     if args.delta is not None or algo is not None:
         params["delta"] = algo.default_delta if args.delta is None else args.delta
     if algo is not None and algo.params_from_args is not None:
-        params.update(algo.params_from_args(args))
+        # --parties names the parties here; an algorithm's own options read ``parties`` as their number
+        # (e.g. the share of distributed noise): the named ones, else 1 (each party adds the full noise)
+        params.update(algo.params_from_args(argparse.Namespace(**{**vars(args),
+                                                                  "parties": max(len(args.parties), 1)})))
     for item in args.param:
         key, eq, value = item.partition("=")
         if not eq or not key:
@@ -270,6 +277,18 @@ def _cmd_wait(args: argparse.Namespace) -> int:
         return _rpc_error(exc, "job wait")
     _print_record(rec)
     return 0 if rec.get("state") == "done" else 1
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    try:
+        with _client(args) as c:
+            rec = c.resume(args.job_id)
+            if args.wait:
+                rec = c.wait(args.job_id, raise_on_failure=False)
+    except grpc.RpcError as exc:
+        return _rpc_error(exc, "job resume")
+    _print_record(rec)
+    return 0 if rec.get("state") in ("done", "queued") else 1
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:

@@ -1,10 +1,8 @@
-"""Faults over real sockets: a party over budget, bad data at start, a party killed mid-job, a
-coordinator restart, a cancelled job. Neither daemon crashes, nothing is charged twice, and no
-charge is lost (party ledgers and the coordinator's global budget are read back from disk)."""
+"""Faults over real sockets: a party over budget, bad data at start, a coordinator restart, a
+cancelled job (kill -9 of either daemon mid-job: ``tests/daemons/test_resume.py``). Neither daemon
+crashes, nothing is charged twice, and no charge is lost (party ledgers and the coordinator's
+global budget are read back from disk)."""
 from __future__ import annotations
-
-import os
-import signal
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ from coordinator.server import serve
 from dpfed.cli import main
 from dpfed.cli.coordinator import format_status
 from dpfed.core.ledger import BudgetLedger
-from net_helpers import PLUGINS, ThreadParty, admin, party_config, spawn_party, start_coordinator, wait_until
+from net_helpers import PLUGINS, ThreadParty, admin, party_config, start_coordinator, wait_until
 
 
 def _ledger_ids(path) -> list[str]:
@@ -88,42 +86,6 @@ def test_csv_columns_checked_and_check_command(pki, tmp_path, capsys):
     assert '"records": 2' in capsys.readouterr().out
 
 
-def test_party_killed_mid_job(pki, tmp_path):
-    server = start_coordinator(pki, tmp_path / "state")
-    p0 = ThreadParty(party_config(pki, tmp_path, "party-0", server.port))
-    proc = spawn_party(party_config(pki, tmp_path, "party-1", server.port, write_toml=True))
-    try:
-        assert server.coordinator.wait_for_parties(["party-0", "party-1"], 60)
-        with admin(pki, server.port) as adm:
-            job = adm.submit_job("noisy-mean", {"rounds": 1_000_000}, epsilon=1.0, delta=0.0)
-            for rec in adm.watch(job, timeout=60):
-                if rec["rounds"] >= 3:
-                    break
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-            with pytest.raises(JobError) as info:
-                adm.wait(job, timeout=30)
-            rec = info.value.record
-            assert rec["state"] == "failed" and "'party-1' disconnected" in rec["reason"], rec
-            spent_once = server.coordinator.store.spent("party-1")
-            assert spent_once == pytest.approx(rec["party_epsilon"]["party-1"])
-            assert _ledger_ids(tmp_path / "party-1" / "ledger.sqlite") == [f"{job}:plan"]
-            # the coordinator keeps serving; the restarted party keeps its ledger and joins a new job
-            proc = spawn_party(tmp_path / "party-1" / "party.toml")
-            assert server.coordinator.wait_for_parties(["party-1"], 60)
-            ok = adm.submit_job("noisy-mean", {"rounds": 2}, epsilon=1.0, delta=0.0)
-            assert adm.wait(ok, timeout=60)["state"] == "done"
-        assert _ledger_ids(tmp_path / "party-1" / "ledger.sqlite") == [f"{job}:plan", f"{ok}:plan"]
-        assert _ledger_ids(tmp_path / "state" / "budget" / "party-1.sqlite") == [f"{job}:plan", f"{ok}:plan"]
-        assert server.coordinator.store.spent("party-1") > spent_once
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=10)
-        p0.stop()
-        server.stop(0.5)
-
-
 def test_coordinator_restart_keeps_the_global_budget_and_models(pki, tmp_path):
     server = start_coordinator(pki, tmp_path / "state")
     port = server.port
@@ -147,10 +109,16 @@ def test_coordinator_restart_keeps_the_global_budget_and_models(pki, tmp_path):
             after = {p["name"]: p["epsilon_spent"] for p in st["parties"]}
             assert after == before and after["party-0"] > 1.0   # both jobs' plans, composed
             jobs = {j["job_id"]: j for j in st["jobs"]}
-            assert jobs[done]["state"] == "done" and jobs[long]["state"] == "failed"
+            assert jobs[done]["state"] == "done" and jobs[long]["state"] in ("queued", "offering", "running")
             model, rec = adm.get_model(done)
             assert model["mean"].shape == (3,) and rec["state"] == "done"
             assert server.coordinator.wait_for_parties(["party-0", "party-1"], 30)  # parties reconnect
+            for rec in adm.watch(long, timeout=30):  # the interrupted job resumes where it stopped
+                if rec["resumed_at"] and rec["rounds"] > rec["resumed_at"][0]:
+                    break
+            assert rec["resumed_at"][0] >= 2 and rec["resumes"] == 1
+            assert adm.status()["parties"][0]["epsilon_spent"] == after["party-0"]  # at no extra charge
+            adm.cancel(long)
             again = adm.submit_job("noisy-mean", {"rounds": 1}, epsilon=0.1, delta=0.0)
             assert adm.wait(again, timeout=30)["state"] == "done"
             assert adm.status()["parties"][0]["epsilon_spent"] > after["party-0"]

@@ -1,0 +1,86 @@
+"""``dpfed job submit --algorithm NAME`` works for every registered algorithm (issue 10, finding 11:
+``glvq``/``gmlvq`` raised TypeError on ``int()`` of the ``--parties`` list).
+
+Real CLI (``dpfed.cli.main``), a real coordinator over mutual TLS and two real party daemon
+processes holding small labelled data; every algorithm's job must end ``done`` with a model and
+one charge per party.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from dpfed.algorithms import algorithm_names
+from dpfed.cli import main
+from dpfed.core.ledger import BudgetLedger
+from dpfed.data.schema import Schema
+from net_helpers import PLUGINS, make_pki, spawn_party, start_coordinator
+from party.config import write_config
+
+SCHEMA = Schema.numeric_box(3, 0.0, 1.0, n_classes=2)
+SMALL = {  # small settings so that each job takes a few seconds
+    "naive-bayes": [],
+    "glvq": ["--epochs", "1", "--sampling-rate", "0.1"],
+    "gmlvq": ["--epochs", "1", "--sampling-rate", "0.1"],
+    "kmeans": ["--k", "2"],
+}
+
+
+def _labelled(seed: int, n: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    X = np.clip(0.3 + 0.4 * y[:, None] + rng.normal(0, 0.08, (n, 3)), 0.0, 1.0)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    root = tmp_path_factory.mktemp("submit")
+    pki = make_pki(root, parties=2)
+    server = start_coordinator(pki, root / "state")
+    procs = []
+    for i in range(2):
+        d = root / f"party-{i}"
+        d.mkdir()
+        X, y = _labelled(i)
+        np.savez(d / "data.npz", X=X, y=y)
+        (d / "schema.json").write_text(SCHEMA.to_json())
+        f = pki.files(f"party-{i}")
+        write_config(d / "party.toml", {
+            "name": f"party-{i}", "coordinator": f"127.0.0.1:{server.port}", "data": str(d / "data.npz"),
+            "ledger": str(d / "ledger.sqlite"), "epsilon_limit": 100.0, "delta_limit": 1e-4,
+            "reconnect_seconds": 0.2, "plugins": list(PLUGINS), "schema_file": str(d / "schema.json"),
+            "exit_with_parent": True, "tls": {"ca": str(f.ca), "cert": str(f.cert), "key": str(f.key)}})
+        procs.append(spawn_party(d / "party.toml"))
+    try:
+        assert server.coordinator.wait_for_parties(["party-0", "party-1"], 60)
+        yield root, ["--coordinator", f"127.0.0.1:{server.port}", "--cert", str(pki.files("operator").cert)]
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=15)
+        server.stop(0.5)
+
+
+@pytest.mark.parametrize("algorithm", algorithm_names())
+def test_job_submit_works_for_every_algorithm(deployment, algorithm, capsys):
+    root, conn = deployment
+    job = f"cli-{algorithm}"
+    t0 = time.monotonic()
+    code = main(["job", "submit", "--algorithm", algorithm, "--epsilon", "2", "--parties", "party-0", "party-1",
+                 "--job-id", job, "--wait", *SMALL.get(algorithm, []), *conn])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    rec = json.loads(out[out.index("{"):])
+    assert out.splitlines()[0] == job and rec["state"] == "done", rec
+    assert set(rec["party_epsilon"]) == {"party-0", "party-1"}
+    assert main(["model", "get", job, "-o", str(root / f"{job}.npz"), *conn]) == 0
+    with np.load(root / f"{job}.npz") as z:
+        assert str(z["algorithm"]) in (algorithm, algorithm.replace("-", "_"), algorithm.replace("-", ""))
+    for i in range(2):
+        with BudgetLedger(root / f"party-{i}" / "ledger.sqlite", epsilon_limit=100.0, delta_limit=1e-4) as led:
+            assert led.charge_ids().count(f"{job}:plan") == 1
+    assert time.monotonic() - t0 < 120
