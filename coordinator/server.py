@@ -98,7 +98,7 @@ class _Active:
 
     spec: JobSpec
     parties: list[str]
-    event: Any                       # the plan's DpEvent, computed here from the public spec
+    plan: "futures.Future"           # the plan's DpEvent, computed here from the public spec
     offer: pb.CoordinatorMessage
     responses: dict[str, pb.JobResponse] = field(default_factory=dict)   # first answer to the offer, per party
     ready: set[str] = field(default_factory=set)    # parties whose current session accepted the job
@@ -133,6 +133,7 @@ class Coordinator:
         for rec in sorted(self.jobs.values(), key=lambda r: r.created):
             if rec.state == "queued":  # queued, or interrupted by a restart: run (resume) them in order
                 self._queue.put(rec.job_id)
+        self._planner = futures.ThreadPoolExecutor(1, thread_name_prefix="dpfed-plan")
         self._runner = threading.Thread(target=self._run_loop, name="dpfed-job-runner", daemon=True)
         self._runner.start()
 
@@ -291,7 +292,13 @@ class Coordinator:
                 reported = accounting.flatten([accounting.event_from_json(req.event_json)])
             except (ValueError, TypeError, KeyError) as exc:
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed privacy event: {exc}") from None
-            if reported != accounting.flatten([act.event]):
+            try:  # computed while the parties decided (it may take seconds, e.g. k-means)
+                expected = act.plan.result()
+            except Exception as exc:  # noqa: BLE001 - the parameters are bad: the job fails with the reason
+                with self._cond:
+                    self._fail_active(f"bad job: {type(exc).__name__}: {exc}")
+                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, "the job's parameters are invalid") from None
+            if reported != accounting.flatten([expected]):
                 why = "its reported privacy event differs from the job's plan (recomputed by the coordinator)"
                 with self._cond:
                     if not sess.responded:
@@ -309,7 +316,7 @@ class Coordinator:
             sess.responded = True
             rejoin = name in act.responses
         if req.accept:
-            self.store.record_release(name, req.job_id, accounting.event_to_json(act.event))
+            self.store.record_release(name, req.job_id, accounting.event_to_json(act.plan.result()))
         with self._cond:
             if not rejoin:
                 act.responses[name] = req
@@ -613,7 +620,6 @@ class Coordinator:
                 params.setdefault("roster", list(parties))
             spec = JobSpec(rec.job_id, rec.algorithm, params, Schema.from_dict(rec.schema))
             algo = load_algorithm(rec.algorithm, cfg.plugins)
-            event = algo.party().job_event(spec)  # the plan every party must charge (public parameters)
         except Exception as exc:  # noqa: BLE001 - any bad parameter ends this job only
             self._finish(rec, "failed", f"bad job: {type(exc).__name__}: {exc}")
             return
@@ -624,7 +630,8 @@ class Coordinator:
             return
         offer = pb.CoordinatorMessage(version=PROTOCOL_VERSION, job_id=spec.job_id, round=-1,
                                       offer=pb.JobOffer(spec_json=spec.to_json()))
-        act = _Active(spec, parties, event, offer)
+        # the plan every party must charge, from the public parameters; computed while the parties decide
+        act = _Active(spec, parties, self._planner.submit(lambda: algo.party().job_event(spec)), offer)
         with self._cond:
             self._active = act
             rec.parties, rec.state, rec.refusals = parties, "offering", {}
@@ -641,6 +648,10 @@ class Coordinator:
             self._finish(rec, "cancelled" if rec.job_id in self._cancel else "failed", str(exc))
             return
         self._record_offer(rec, act)
+        if act.plan.exception() is not None:
+            exc = act.plan.exception()
+            self._finish(rec, "failed", f"bad job: {type(exc).__name__}: {exc}")
+            return
         if act.mismatch:
             self._finish(rec, "failed", "; ".join(v for _, v in sorted(act.mismatch.items())))
             return
@@ -778,6 +789,7 @@ class Coordinator:
                 self._close_session(sess, "the coordinator is shutting down")
         self._queue.put(None)
         self._runner.join(timeout=10)
+        self._planner.shutdown(wait=False, cancel_futures=True)
         self.store.close()
 
 

@@ -72,18 +72,24 @@ def test_checkpointed_job_resumes_to_the_same_model(name):
     ref = algo.coordinator(spec, PARTIES)
     total = drive(ref, _gather(algo, spec), algo.combine)
     for stop_at in sorted({0, total // 2, total - 1}):
-        coord, saved, gather = algo.coordinator(spec, PARTIES), {}, _gather(algo, spec)
-
-        def checkpointing(task: Task) -> list[Aggregate]:
-            saved["blob"] = pickle.dumps({"coordinator": coord, "task": task})   # as the daemon does
-            if task.round == stop_at:
-                raise _Stop
-            return gather(task)
-
-        with pytest.raises(_Stop):
-            drive(coord, checkpointing, algo.combine)
-        state = pickle.loads(saved["blob"])
+        state = _interrupted(algo, spec, stop_at)
         assert state["task"].round == stop_at
         done = drive(state["coordinator"], _gather(algo, spec), algo.combine, first=state["task"])
         assert done == total - stop_at
         _models_equal(state["coordinator"].model(), ref.model())
+
+
+def _interrupted(algo, spec: JobSpec, stop_at: int) -> dict:
+    """Run a job, checkpointing before each round as the daemon does, and stop it at ``stop_at``;
+    return the last checkpoint, unpickled."""
+    coord, saved, gather = algo.coordinator(spec, PARTIES), {}, _gather(algo, spec)
+
+    def checkpointing(task: Task) -> list[Aggregate]:
+        saved["blob"] = pickle.dumps({"coordinator": coord, "task": task})
+        if task.round == stop_at:
+            raise _Stop
+        return gather(task)
+
+    with pytest.raises(_Stop):
+        drive(coord, checkpointing, algo.combine)
+    return pickle.loads(saved["blob"])

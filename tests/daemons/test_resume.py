@@ -31,10 +31,9 @@ import grpc
 import numpy as np
 import pytest
 from net_helpers import (
-    TESTS,
+    SUPPORT,
     ThreadParty,
     admin,
-    make_pki,
     party_config,
     raw_stub,
     register,
@@ -66,7 +65,7 @@ def _free_port() -> int:
 
 
 def _env() -> dict:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), *[p for p in sys.path if p]]))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(SUPPORT), *[p for p in sys.path if p]]))
 
 
 def _coordinator_toml(pki, root: Path, port: int, **extra) -> Path:
