@@ -84,7 +84,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     sb.add_argument("--epsilon", type=float, required=True, help="per-party epsilon of the whole job")
     sb.add_argument("--delta", type=float, default=None, help="per-party delta (default: the algorithm's)")
     sb.add_argument("--parties", nargs="+", default=[], metavar="NAME",
-                    help="parties taking part (default: every connected party)")
+                    help="parties taking part (default: every connected party); algorithm options that need the number "
+                         "of parties (LVQ's distributed-noise share) use how many are named here, else 1")
     sb.add_argument("--job-id", default=None, help="job id (default: a fresh one)")
     sb.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                     help="extra job parameter (VALUE parsed as JSON when it can be; repeatable)")

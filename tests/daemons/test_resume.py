@@ -30,6 +30,11 @@ import dp_accounting as dpa
 import grpc
 import numpy as np
 import pytest
+
+from dpfed.algorithms.contract import JobSpec
+from dpfed.cli import main
+from dpfed.core import accounting
+from dpfed.core.ledger import BudgetLedger
 from net_helpers import (
     SUPPORT,
     ThreadParty,
@@ -42,15 +47,10 @@ from net_helpers import (
     wait_until,
 )
 from net_noisy_mean import NoisyMeanParty
-
-from dpfed.algorithms.contract import JobSpec
-from dpfed.cli import main
-from dpfed.core import accounting
-from dpfed.core.ledger import BudgetLedger
 from protos import dpfed_pb2 as pb
 from protos.codec import PROTOCOL_VERSION
 
-ROUNDS, EPSILON, WIDTH, N_RECORDS = 150, 200.0, 3, 200
+ROUNDS, EPSILON, WIDTH, N_RECORDS = 150, 100.0, 3, 200
 
 
 def _ledger_ids(path) -> list[str]:
