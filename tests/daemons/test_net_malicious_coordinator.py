@@ -129,6 +129,68 @@ def test_a_job_offered_again_after_its_end_costs_nothing_and_replays(evil, algor
     assert ledger.charge_ids() == [f"{spec.job_id}:plan"]
 
 
+# ------------------------------------------------------------------------------------- findings 3 and 4
+
+TARGET = np.array([0.5, 0.8, 0.3])  # its first coordinate is the box centre: exactly 0 once rescaled
+
+
+def _poisoned_broadcast() -> dict[str, np.ndarray]:
+    """Finding 3's broadcast: prototypes near 1e-90 and a rank-one Omega projecting TARGET to 0, so
+    S*S underflows for it and its gradient was 0 * inf = NaN (``tests/federation/test_side_channels.py``)."""
+    omega = np.zeros((3, 3))
+    omega[0, 0] = 1.0
+    return {"prototypes": np.array([[1e-90, 0.0, 0.0], [-2e-90, 0.0, 0.0]]), "omega": omega}
+
+
+@pytest.mark.parametrize("with_target", [False, True])
+def test_a_poisoned_broadcast_gets_finite_answers_whether_or_not_a_record_is_present(pki, tmp_path, with_target):
+    """Over gRPC, 15 poisoned GMLVQ steps at a party with and without the target record: every step is
+    answered, finite, without an error. Before the fix the rounds that sampled the target failed; the
+    chance it is never sampled at q = 0.3 in 15 rounds (so this cannot fail on the old code) is 5e-3."""
+    X, y = _records(seed=3)
+    X[:, 0] = np.where(np.abs(X[:, 0] - 0.5) < 0.05, 0.9, X[:, 0])  # nobody else on the centre
+    if with_target:
+        X, y = np.vstack([X, TARGET]), np.append(y, 0)
+    with EvilCoordinator(pki.files("coordinator")) as ev:
+        party = ThreadParty(party_config(pki, tmp_path, "party-0", ev.port, data=X, labels=y, schema=SCHEMA,
+                                         seed=None, epsilon_limit=50.0))
+        try:
+            ev.wait_registered()
+            spec = _spec(f"poison-{with_target}", "gmlvq", epsilon=5.0, epochs=4.5, sampling_rate=0.3)
+            assert ev.offer(spec).accept
+            answers = [ev.task(spec.job_id, 0, "init")]
+            answers += [ev.task(spec.job_id, r, "step", arrays=_poisoned_broadcast()) for r in range(1, 16)]
+            assert [a.error for a in answers] == [""] * 16
+            assert all(np.all(np.isfinite(v)) for a in answers for v in a.arrays.values())
+        finally:
+            party.stop()
+            assert party.error is None
+
+
+def test_a_party_lacking_a_class_answers_like_a_party_that_has_it(evil, pki, tmp_path):
+    """Finding 4 over gRPC: a party whose records lack class 1 (the job needs both) accepts and answers
+    the initialisation and a step like any other party, with the same arrays and shapes."""
+    ev, _, _ = evil  # party-0 holds both classes
+    X, y = _records(seed=4, classes=(0,))
+    lacking = ThreadParty(party_config(pki, tmp_path, "party-1", ev.port, data=X, labels=y, schema=SCHEMA,
+                                       seed=None, epsilon_limit=50.0))
+    try:
+        assert ev.wait_registered() == ["party-1"]
+        spec = _spec("no-class-1", "glvq", epochs=1, sampling_rate=0.5, allow_missing_classes=False)
+        shapes = {}
+        for name in ("party-0", "party-1"):
+            assert ev.offer(spec, party=name).accept
+            init = ev.task(spec.job_id, 0, "init", party=name)
+            step = ev.task(spec.job_id, 1, "step", party=name,
+                           arrays={"prototypes": lvq.LVQCoordinator(spec, ["party-0"]).W})
+            assert not init.error and not step.error
+            shapes[name] = {k: v.shape for a in (init, step) for k, v in a.arrays.items()}
+        assert shapes["party-0"] == shapes["party-1"]
+    finally:
+        lacking.stop()
+        assert lacking.error is None
+
+
 # ------------------------------------------------------------------------------------- finding 5
 
 def _legacy_party_cert(pki, name: str) -> TlsFiles:
