@@ -191,14 +191,63 @@ def ledger_rows(n: int = 120) -> list[str]:
     return rows
 
 
+def _clear_plans() -> None:
+    from dpfed.algorithms import kmeans, lvq, naive_bayes
+    _clear()
+    A._gaussian_cached.cache_clear()
+    for f in (kmeans.make_plan, naive_bayes._plan, lvq._plan_cached):
+        f.cache_clear()
+
+
+def plan_charge_seconds(algorithm: str, epsilon: float) -> tuple[float, float]:
+    """Seconds for one party's plan (calibration included, caches cleared) plus its ledger charge, as
+    in ``run_inprocess`` (ledger limit = the job's epsilon); and the epsilon charged."""
+    from dpfed.algorithms.contract import JobSpec
+    from dpfed.algorithms.lvq import prepare_params
+    from dpfed.algorithms.registry import get_algorithm
+    from dpfed.data.schema import Schema
+    from dpfed.simulation.inprocess import default_ledger
+
+    _clear_plans()
+    schema = Schema.numeric_box(4, -1.0, 1.0, n_classes=3)
+    params: dict[str, object] = {"epsilon": epsilon, "delta": 1e-6}
+    t0 = time.perf_counter()
+    if algorithm in ("glvq", "gmlvq"):  # the coordinator / CLI fills in the calibrated multiplier
+        params = prepare_params({**params, "epochs": 3, "sampling_rate": 0.01})
+    elif algorithm == "kmeans":
+        params["k"] = 3
+    spec = JobSpec(f"bench-{algorithm}-{epsilon}", algorithm, params, schema)
+    event = get_algorithm(algorithm).party().job_event(spec)
+    with default_ledger(spec) as led:
+        spent = led.charge(spec.job_id, event)
+    return time.perf_counter() - t0, spent
+
+
+def plan_rows(epsilons: tuple[float, ...] = (1.0, 20.0, 100.0)) -> list[str]:
+    rows = ["| plan + charge (one party, caches cleared; LVQ: 3 epochs at q=0.01, delta=1e-6) | "
+            + " | ".join(f"eps {e:g} (s)" for e in epsilons) + " |",
+            "|---|" + "---:|" * len(epsilons)]
+    for algorithm in ("naive-bayes", "kmeans", "glvq", "gmlvq"):
+        cells = []
+        for e in epsilons:
+            sec, spent = plan_charge_seconds(algorithm, e)
+            assert spent <= e * (1 + 1e-9), (algorithm, e, spent)
+            cells.append(f"{sec:.2f}")
+        rows.append(f"| {algorithm} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--plans"]:  # only the plan + charge table
+        print("\n".join(plan_rows()))
+        return
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     header = ["# Accounting benchmark", "",
               f"`python bench/bench_accounting.py` on {platform.machine()}, {os.cpu_count()} cores, "
               f"Python {platform.python_version()}, dp-accounting {importlib.metadata.version('dp-accounting')}, "
               f"PLD grid {A.PLD_VALUE_DISCRETIZATION:g}; load average at start {load:.2f} "
               "(shared machine: other jobs were running).", ""]
-    sections = [cli_rows(), extreme_rows(), calibration_rows(), ledger_rows()]
+    sections = [cli_rows(), extreme_rows(), calibration_rows(), ledger_rows(), plan_rows()]
     text = "\n".join(header + [line for s in sections for line in s + [""]])
     print(text)
     out = Path(__file__).resolve().parent / "results" / "accounting.md"

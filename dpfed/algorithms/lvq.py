@@ -329,7 +329,7 @@ class LVQParty(PartyAlgorithm):
             return event
         try:
             plan = privacy_plan(spec.params)
-            spent = accounting.epsilon(plan.event, spec.delta)
+            spent = accounting.epsilon(plan.event, spec.delta, pld_discretization=accounting.pld_grid(spec.epsilon))
         except ValueError as exc:
             raise TaskRejected(f"invalid LVQ privacy parameters: {exc}") from None
         if spent > spec.epsilon * (1.0 + 1e-9):
@@ -775,7 +775,9 @@ class _DPLVQBase(EstimatorParams, ClassifierScore):
         run = drive_local(ALGORITHMS[self._algorithm], spec, X, idx, rng, private=private, answer=None if private else (
             lambda task, Z=rescale(X, lo, hi), gen=rng.numpy(): _nonprivate_answer(spec, task, Z, idx, gen)))
         model, self.summary_ = run.coordinator.model(), run.coordinator.summary()
-        self.epsilon_spent_ = accounting.epsilon(run.event, float(self.delta)) if private else math.inf
+        grid = accounting.pld_grid(float(self.epsilon))
+        self.epsilon_spent_ = accounting.epsilon(run.event, float(self.delta), pld_discretization=grid) \
+            if private else math.inf
         self.classes_ = classes
         self.model_ = model
         scale = 2.0 / (hi - lo)  # z = scale * (x - lo) - 1

@@ -2,9 +2,10 @@
 
 The PLD accountant (dp-accounting) is tight but its cost grows with the privacy-loss range divided by
 the grid width and with the number of steps: at epsilon 10^4, at noise multiplier 0.01 or at 10^8
-steps it runs for minutes and gigabytes. :func:`choose_accountant` keeps PLD where it is cheap, with a
-grid that scales with the epsilon involved (relative resolution ``RELATIVE_GRID``, never finer than the
-requested grid), and otherwise falls back to RDP (Mironov 2017; an upper bound, looser), saying why.
+steps it runs for minutes and gigabytes. :func:`choose_accountant` keeps PLD where it is cheap, with
+the grid of :func:`dpfed.core.accounting.pld_grid` for the epsilon involved (the one rule, shared with
+calibration and the ledger; never finer than the requested grid), and otherwise falls back to RDP
+(Mironov 2017; an upper bound, looser), saying why.
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ __all__ = ["AccountantChoice", "choose_accountant", "PLD_MAX_EPSILON", "PLD_MAX_
 PLD_MAX_EPSILON = 20.0
 #: ... and at most this many steps.
 PLD_MAX_STEPS = 1_000_000
-#: PLD grid width relative to the epsilon (2e-5: 1e-4 at epsilon 5, the default grid below).
-RELATIVE_GRID = 2e-5
+#: PLD grid width relative to the epsilon, at most (the rule is :func:`accounting.pld_grid`).
+RELATIVE_GRID = accounting.RELATIVE_GRID
 
 
 @dataclass(frozen=True)
@@ -49,4 +50,4 @@ def choose_accountant(requested: str, steps: int, *, epsilon: float | None = Non
     if not epsilon <= PLD_MAX_EPSILON:
         return AccountantChoice("rdp", pld_discretization,
                                 f"epsilon {epsilon:.4g} > {PLD_MAX_EPSILON:g} is beyond PLD's cheap range; RDP used")
-    return AccountantChoice("pld", max(pld_discretization, epsilon * RELATIVE_GRID))
+    return AccountantChoice("pld", max(pld_discretization, accounting.pld_grid(epsilon)))

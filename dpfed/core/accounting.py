@@ -7,10 +7,16 @@ canonical grouping of identical events, basic / parallel / advanced composition
 (Dwork & Roth 2014, Thm 3.16 and 3.20; Dwork, Rothblum & Vadhan 2010), an exact JSON
 form of events, and a noise calibration that never overshoots its target.
 
-PLD discretisation: ``PLD_VALUE_DISCRETIZATION = 1e-4`` (dp-accounting's own default).
-It makes our numbers identical to ``PLDAccountant()``'s, costs about 0.3 s for DP-SGD with
-T = 5000 steps, and is pessimistic (an upper bound); a coarser grid (1e-3) is ~7x faster but
-looser by ~0.2 %, and is used only to find a starting bracket during calibration.
+PLD discretisation: ``PLD_VALUE_DISCRETIZATION = 1e-4`` (dp-accounting's own default) for every
+epsilon below 10. It makes our numbers identical to ``PLDAccountant()``'s, costs about 0.3 s for
+DP-SGD with T = 5000 steps, and is pessimistic (an upper bound); a coarser grid (1e-3) is ~7x faster
+but looser by ~0.2 %, and is used (or 10x the grid, if coarser) only to find a starting bracket
+during calibration. The cost grows
+with the privacy-loss range over the grid width, so :func:`pld_grid` (THE rule, used by
+:func:`calibrate`, the ledger and ``choose_accountant``) widens the grid with the epsilon of the
+question (a target or a limit): powers of two times 1e-4, nested, so a coarser grid is the more
+pessimistic one and a plan calibrated for epsilon is charged on the very same grid by a ledger whose
+limit is epsilon.
 """
 from __future__ import annotations
 
@@ -36,7 +42,7 @@ from dpfed.core.distributed_noise import (DistributedDiscreteGaussianDpEvent, ev
 
 __all__ = [
     "Neighbouring", "Accountant", "PLD_VALUE_DISCRETIZATION", "AccountingError",
-    "make_accountant", "epsilon", "delta", "compose", "flatten", "parallel_epsilon",
+    "make_accountant", "pld_grid", "RELATIVE_GRID", "PLD_MAX_GRID", "epsilon", "delta", "compose", "flatten", "parallel_epsilon",
     "sequential_basic", "advanced_composition", "dp_sgd_event", "dp_sgd_epsilon",
     "calibrate", "calibrate_noise_multiplier", "gaussian_noise_multiplier", "gaussian_delta",
     "within", "dominated", "event_to_json", "event_from_json", "DpEvent",
@@ -48,6 +54,10 @@ Accountant = Literal["pld", "rdp"]
 
 #: Width of the privacy-loss grid of the PLD accountant (see the module docstring).
 PLD_VALUE_DISCRETIZATION = 1e-4
+#: PLD grid width relative to the epsilon of the question, at most (2e-5: 1e-4 up to epsilon 10).
+RELATIVE_GRID = 2e-5
+#: The grid stops widening here (1.6e-3, from epsilon 80 on): huge limits keep a usable grid.
+PLD_MAX_GRID = 16 * PLD_VALUE_DISCRETIZATION
 #: Coarse grid used only to locate a calibration bracket quickly.
 _COARSE_DISCRETIZATION = 1e-3
 
@@ -55,6 +65,20 @@ _RELATIONS = {
     "add_remove": privacy_accountant.NeighboringRelation.ADD_OR_REMOVE_ONE,
     "replace_one": privacy_accountant.NeighboringRelation.REPLACE_ONE,
 }
+
+
+def pld_grid(epsilon: float) -> float:
+    """THE PLD grid for a question about ``epsilon`` (a calibration target, a ledger limit):
+    ``PLD_VALUE_DISCRETIZATION * 2**k`` with the largest k >= 0 such that the grid is at most
+    ``RELATIVE_GRID * epsilon``, capped at :data:`PLD_MAX_GRID` (1e-4 below epsilon 10, 2e-4 on
+    [10, 20), 4e-4 on [20, 40), 8e-4 on [40, 80), 1.6e-3 from 80 on). Any grid gives an upper bound
+    (pessimistic discretisation, Doroshenko et al. 2022); nested grids make coarser ones looser."""
+    if not (epsilon > 0 and math.isfinite(epsilon)):
+        return PLD_MAX_GRID if epsilon == math.inf else PLD_VALUE_DISCRETIZATION
+    grid = PLD_VALUE_DISCRETIZATION
+    while grid < PLD_MAX_GRID and 2 * grid <= RELATIVE_GRID * epsilon * (1 + 1e-12):
+        grid *= 2
+    return grid
 
 
 class AccountingError(DpfedError, ValueError):
@@ -338,7 +362,7 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_rat
                                steps: int, *, accountant: str = "pld",
                                extra_event: DpEvent | None = None, rtol: float = 1e-4,
                                neighbouring: str = "add_remove",
-                               pld_discretization: float = PLD_VALUE_DISCRETIZATION) -> float:
+                               pld_discretization: float | None = None) -> float:
     """Smallest noise multiplier sigma with eps(extra_event + DP-SGD(sigma, q, T)) <= target.
 
     A thin use of :func:`calibrate` on the family ``extra_event + dp_sgd_event(sigma, q, T)``,
@@ -351,6 +375,8 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sampling_rat
     if not 0 < rtol < 0.01:
         raise ValueError(f"rtol must be in (0, 0.01), got {rtol!r}")
     dp_sgd_event(1.0, sampling_rate, steps)  # validates q and T
+    if pld_discretization is None:
+        pld_discretization = pld_grid(target_epsilon)
     if extra_event is not None:
         floor = epsilon(compose([extra_event]), delta, accountant=accountant,
                         neighbouring=neighbouring, pld_discretization=pld_discretization)
@@ -402,7 +428,7 @@ MAX_CALIBRATION_EVALUATIONS = 400
 def calibrate(make_event: Callable[[float], DpEvent], epsilon: float, delta: float, *,
               lo: float = 1e-6, hi: float = 1e7, guess: float | None = None, accountant: str = "pld",
               rtol: float = 1e-4, neighbouring: str = "add_remove",
-              pld_discretization: float = PLD_VALUE_DISCRETIZATION) -> float:
+              pld_discretization: float | None = None) -> float:
     """THE noise calibration of dpfed: the smallest x in [lo, hi] whose ``make_event(x)`` meets
     (epsilon, delta), for a family whose privacy spend does not grow with x (a noise parameter).
 
@@ -412,7 +438,8 @@ def calibrate(make_event: Callable[[float], DpEvent], epsilon: float, delta: flo
     overshoots) and is within ``rtol`` of the smallest such x; returns ``lo`` if ``lo`` already
     meets it. At most :data:`MAX_CALIBRATION_EVALUATIONS` evaluations for any accepted input; raises
     ValueError when even ``hi`` misses the target. Under PLD a coarse grid (pessimistic, so it never
-    under-states epsilon) supplies the first bracket. ``accountant="analytic"``: ``make_event(x)``
+    under-states epsilon) supplies the first bracket; the PLD grid is ``pld_grid(epsilon)`` unless
+    given (the grid a ledger whose limit is ``epsilon`` charges with). ``accountant="analytic"``: ``make_event(x)``
     must be a ``GaussianDpEvent`` and the exact curve of :func:`gaussian_delta` decides.
     """
     if not (epsilon > 0 and math.isfinite(epsilon)):
@@ -425,8 +452,9 @@ def calibrate(make_event: Callable[[float], DpEvent], epsilon: float, delta: flo
     if accountant not in ("pld", "rdp", "analytic"):
         raise ValueError(f"accountant must be 'pld', 'rdp' or 'analytic', got {accountant!r}")
     budget = [MAX_CALIBRATION_EVALUATIONS]
+    grid_ = pld_grid(epsilon) if pld_discretization is None else float(pld_discretization)
 
-    def spend(x: float, grid: float = pld_discretization) -> float:
+    def spend(x: float, grid: float = grid_) -> float:
         budget[0] -= 1
         if budget[0] < 0:
             raise AccountingError("calibration did not converge within its evaluation budget")
@@ -440,8 +468,8 @@ def calibrate(make_event: Callable[[float], DpEvent], epsilon: float, delta: flo
 
     x0 = min(max(guess if guess is not None else math.sqrt(lo * hi), lo), hi)
     fine = _Memo(spend)
-    if accountant == "pld" and pld_discretization < _COARSE_DISCRETIZATION and rtol < 1e-3:
-        coarse = _Memo(lambda x: spend(x, _COARSE_DISCRETIZATION))
+    if accountant == "pld" and rtol < 1e-3:
+        coarse = _Memo(lambda x: spend(x, max(_COARSE_DISCRETIZATION, 10 * grid_)))
         a, b = _bracket(coarse, x0, 2.0, lo, hi)
         if a is None:
             return _met_at_lo(fine, lo, hi, rtol)

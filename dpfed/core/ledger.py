@@ -88,21 +88,26 @@ class BudgetLedger:
     """Durable (epsilon, delta) budget of one data owner, shared by all its jobs.
 
     ``path`` is an SQLite file (created if missing) or ``":memory:"`` for tests and in-process
-    simulations (not durable). The accountant and neighbouring relation are fixed when the
-    file is created; reopening with different ones raises :class:`LedgerError`. The limit is
-    the owner's current policy and is enforced by this handle on every charge.
+    simulations (not durable). The accountant, neighbouring relation and PLD grid are fixed when
+    the file is created; reopening with different ones raises :class:`LedgerError`. The grid, unless
+    given, is the file's own or, for a new file, ``accounting.pld_grid(epsilon_limit)``: the grid
+    :func:`dpfed.core.accounting.calibrate` uses for a plan whose target is that limit, so such a
+    plan is charged exactly the epsilon it was calibrated to. The limit is the owner's current
+    policy and is enforced by this handle on every charge.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, epsilon_limit: float, delta_limit: float,
                  accountant: str = "pld", neighbouring: str = "add_remove",
-                 pld_discretization: float = accounting.PLD_VALUE_DISCRETIZATION,
+                 pld_discretization: float | None = None,
                  busy_timeout: float = 120.0) -> None:
         if not (epsilon_limit >= 0 and math.isfinite(epsilon_limit)):
             raise ValueError(f"epsilon_limit must be finite and >= 0, got {epsilon_limit!r}")
         if not 0 < delta_limit < 1:
             raise ValueError(f"delta_limit must be in (0, 1), got {delta_limit!r}")
-        accounting.make_accountant(accountant, neighbouring, pld_discretization=pld_discretization)
         self.path = os.fspath(path)
+        if pld_discretization is None:
+            pld_discretization = self._stored_grid() or accounting.pld_grid(float(epsilon_limit))
+        accounting.make_accountant(accountant, neighbouring, pld_discretization=pld_discretization)
         self.epsilon_limit = float(epsilon_limit)
         self.delta_limit = float(delta_limit)
         self.accountant = accountant
@@ -123,6 +128,20 @@ class BudgetLedger:
             raise
 
     # ------------------------------------------------------------------ set-up
+    def _stored_grid(self) -> float | None:
+        """The PLD grid an existing ledger file was created with (None: a new file or ``:memory:``)."""
+        if self.path == ":memory:" or not os.path.exists(self.path):
+            return None
+        try:
+            with sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30.0) as c:
+                row = c.execute("SELECT value FROM meta WHERE key = 'pld_discretization'").fetchone()
+        except sqlite3.Error:
+            return None  # not a ledger (yet): _setup says so
+        try:
+            return float(row[0]) if row is not None else None
+        except ValueError:
+            return None
+
     def _setup(self) -> None:
         c = self._db()
         if self.path != ":memory:":

@@ -18,6 +18,7 @@ import numpy as np
 
 from dpfed.algorithms.contract import Aggregate, JobSpec, Task
 from dpfed.algorithms.driver import drive
+from dpfed.core.accounting import pld_grid
 from dpfed.core.errors import DpfedError
 from dpfed.core.ledger import BudgetLedger
 from dpfed.algorithms.secure_noise import is_secure
@@ -49,10 +50,12 @@ class SimulationResult:
 
 
 def default_ledger(spec: JobSpec, path: str = ":memory:") -> BudgetLedger:
-    """A ledger whose limit is the job's own target (what a simulated party allows)."""
+    """A ledger whose limit is the job's own target (what a simulated party allows), on the PLD grid the
+    job's plan was calibrated on (:func:`dpfed.core.accounting.pld_grid` of its epsilon)."""
     return BudgetLedger(path, epsilon_limit=spec.epsilon * (1 + 1e-9),
                         delta_limit=spec.delta if spec.delta > 0 else PURE_DP_DELTA,
-                        accountant="rdp" if is_secure(spec.params) else "pld")
+                        accountant="rdp" if is_secure(spec.params) else "pld",
+                        pld_discretization=pld_grid(spec.epsilon))
 
 
 def secure_spec(spec: JobSpec, names: Sequence[str], records: int) -> JobSpec:
