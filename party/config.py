@@ -13,6 +13,9 @@ Example (relative paths are relative to the config file)::
     insecure = false                  # true = plain text without TLS (debugging only; warns loudly)
     reconnect_seconds = 2.0           # wait between attempts when the coordinator is unreachable
     max_message_bytes = 4194304       # gRPC message limit, enforced on send and receive
+    max_rows = 100000000              # refuse a data file with more records than this
+    max_bytes = 536870912             # refuse a data file larger than this (.csv: on disk; .npz: its arrays
+                                      # decompressed, checked before anything is decompressed)
     chunk_bytes = 1048576             # array payload per message
     plugins = []                      # extra modules defining ALGORITHMS (must match the coordinator)
     # seed = 0                        # TESTS/SIMULATIONS ONLY: reproducible noise (no privacy)
@@ -52,6 +55,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from dpfed.data.files import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, load_and_validate
 from dpfed.data.schema import Schema
 from dpfed.federation.config import ConfigError, read_toml, tls_from
 from dpfed.federation.tls import TlsFiles
@@ -61,7 +67,8 @@ __all__ = ["PartyConfig", "ConfigError"]
 
 _KEYS = {"name", "coordinator", "data", "ledger", "epsilon_limit", "delta_limit", "accountant", "insecure",
          "reconnect_seconds", "max_message_bytes", "chunk_bytes", "plugins", "seed", "tls", "schema",
-         "schema_file", "exit_with_parent", "simulation", "secure_aggregation", "min_survivors", "dropout"}
+         "schema_file", "exit_with_parent", "simulation", "secure_aggregation", "min_survivors", "dropout",
+         "max_rows", "max_bytes"}
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,8 @@ class PartyConfig:
     secure_aggregation: bool = True   # take part in secure aggregation
     min_survivors: int = 2            # the fewest survivors a secure job may plan for
     dropout: float = 0.0              # SIMULATIONS ONLY: probability of missing each secure round
+    max_rows: int = DEFAULT_MAX_ROWS  # caps on the data file (dpfed.data.files.load_table)
+    max_bytes: int = DEFAULT_MAX_BYTES
 
     def __post_init__(self) -> None:
         from dpfed.federation.certs import valid_name
@@ -98,8 +107,15 @@ class PartyConfig:
             raise ConfigError("need epsilon_limit >= 0 and 0 < delta_limit < 1")
         if self.min_survivors < 2 or not 0.0 <= self.dropout < 1.0:
             raise ConfigError("need min_survivors >= 2 and 0 <= dropout < 1")
+        if not (self.max_rows >= 1 and self.max_bytes >= 1):
+            raise ConfigError("need max_rows >= 1 and max_bytes >= 1 (caps on the data file)")
         if not 0 < self.chunk_bytes <= self.max_message_bytes - 65536:
             raise ConfigError("chunk_bytes must be positive and at least 64 KiB below max_message_bytes")
+
+    def load_data(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """The party's records, validated against its schema, within the ``max_rows`` / ``max_bytes`` caps
+        (:class:`dpfed.data.schema.DataValidationError`, one line naming the cap, otherwise)."""
+        return load_and_validate(self.data, self.schema, max_bytes=self.max_bytes, max_rows=self.max_rows)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> PartyConfig:
@@ -131,11 +147,20 @@ class PartyConfig:
                        exit_with_parent=bool(t.get("exit_with_parent", False)),
                        simulation=bool(t.get("simulation", False)),
                        secure_aggregation=bool(t.get("secure_aggregation", True)),
-                       min_survivors=int(t.get("min_survivors", 2)), dropout=float(t.get("dropout", 0.0)))
+                       min_survivors=int(t.get("min_survivors", 2)), dropout=float(t.get("dropout", 0.0)),
+                       max_rows=_int(t.get("max_rows", DEFAULT_MAX_ROWS), "max_rows"),
+                       max_bytes=_int(t.get("max_bytes", DEFAULT_MAX_BYTES), "max_bytes"))
         except ConfigError:
             raise
         except (TypeError, ValueError, OSError) as exc:
             raise ConfigError(f"{path}: {exc}") from None
+
+
+def _int(value: object, key: str) -> int:
+    """A whole-number config value (``1e6`` or ``"10"`` would be a silent guess): else ConfigError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key} must be a whole number, got {value!r}")
+    return value
 
 
 def write_config(path: str | os.PathLike, values: dict) -> None:

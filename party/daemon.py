@@ -33,7 +33,6 @@ from dpfed.core.ledger import BudgetLedger
 from dpfed.federation.secure_session import SecAggParty
 from dpfed.federation.session import PartyContext, PartySession, TaskError, decide
 from party.config import ConfigError, PartyConfig
-from dpfed.data.files import load_and_validate
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
 from protos.codec import PROTOCOL_VERSION, ArrayAssembler, ProtocolError, channel_options, chunk_groups, encode_arrays
@@ -73,7 +72,7 @@ class PartyDaemon:
 
     @classmethod
     def from_config(cls, config: PartyConfig) -> "PartyDaemon":
-        X, y = load_and_validate(config.data, config.schema)
+        X, y = config.load_data()
         log.info("party %s: %d records, %d features validated against the schema", config.name, *X.shape)
         return cls(config, X, y)
 

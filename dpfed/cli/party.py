@@ -34,11 +34,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from dpfed.core.ledger import BudgetLedger
     from dpfed.data.schema import DataValidationError
     from party.config import ConfigError, PartyConfig
-    from dpfed.data.files import load_and_validate
 
     try:
         cfg = PartyConfig.load(args.config)
-        X, y = load_and_validate(cfg.data, cfg.schema)
+        X, y = cfg.load_data()
     except (ConfigError, DataValidationError) as exc:
         print(f"dpfed party check: error: {exc}", file=sys.stderr)
         return 2

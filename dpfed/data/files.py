@@ -61,7 +61,7 @@ def read_npz(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> 
             total = sum(i.file_size for i in infos)
             if total > max_bytes:
                 raise DataValidationError(f"{p}: its {len(infos)} array(s) decompress to {total} bytes, more than "
-                                          f"the cap of {max_bytes} bytes")
+                                          f"the cap of {max_bytes} bytes (max_bytes)")
             out: dict[str, np.ndarray] = {}
             for info in infos:
                 name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
@@ -98,7 +98,7 @@ def read_csv_rows(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> list[list[s
     try:
         size = path.stat().st_size
         if size > max_bytes:
-            raise DataValidationError(f"{path}: {size} bytes, more than the cap of {max_bytes} bytes")
+            raise DataValidationError(f"{path}: {size} bytes, more than the cap of {max_bytes} bytes (max_bytes)")
         with open(path, newline="", encoding="utf-8") as fh:
             text = fh.read()
     except UnicodeDecodeError as exc:
@@ -137,7 +137,7 @@ def _load_csv(path: Path, schema: Schema, max_bytes: int, max_rows: int
     if not body:
         raise DataValidationError(f"{path}: no records (only a header row)")
     if len(body) > max_rows:
-        raise DataValidationError(f"{path}: {len(body)} records, more than the cap of {max_rows}")
+        raise DataValidationError(f"{path}: {len(body)} records, more than the cap of {max_rows} records (max_rows)")
     width = len(header)
     lengths = np.fromiter((len(r) for r in body), dtype=np.int64, count=len(body))
     more, fewer = int((lengths > width).sum()), int((lengths < width).sum())
@@ -199,7 +199,7 @@ def _load_npz(path: Path, schema: Schema, max_bytes: int, max_rows: int) -> tupl
     if X.shape[0] == 0:
         raise DataValidationError(f"{path}: array {xk!r} holds no records")
     if X.shape[0] > max_rows:
-        raise DataValidationError(f"{path}: {X.shape[0]} records, more than the cap of {max_rows}")
+        raise DataValidationError(f"{path}: {X.shape[0]} records, more than the cap of {max_rows} records (max_rows)")
     y = z.get(yk)
     if y is not None:
         check_real(path, f"label array {yk!r}", y, integer=y.dtype.kind != "f")
