@@ -105,8 +105,9 @@ class BudgetLedger:
         if not 0 < delta_limit < 1:
             raise ValueError(f"delta_limit must be in (0, 1), got {delta_limit!r}")
         self.path = os.fspath(path)
-        if pld_discretization is None:
-            pld_discretization = self._stored_grid() or accounting.pld_grid(float(epsilon_limit))
+        self._grid_given = pld_discretization is not None
+        if pld_discretization is None:  # the file's own, when it has one (read in _setup)
+            pld_discretization = accounting.pld_grid(float(epsilon_limit))
         accounting.make_accountant(accountant, neighbouring, pld_discretization=pld_discretization)
         self.epsilon_limit = float(epsilon_limit)
         self.delta_limit = float(delta_limit)
@@ -128,20 +129,6 @@ class BudgetLedger:
             raise
 
     # ------------------------------------------------------------------ set-up
-    def _stored_grid(self) -> float | None:
-        """The PLD grid an existing ledger file was created with (None: a new file or ``:memory:``)."""
-        if self.path == ":memory:" or not os.path.exists(self.path):
-            return None
-        try:
-            with sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30.0) as c:
-                row = c.execute("SELECT value FROM meta WHERE key = 'pld_discretization'").fetchone()
-        except sqlite3.Error:
-            return None  # not a ledger (yet): _setup says so
-        try:
-            return float(row[0]) if row is not None else None
-        except ValueError:
-            return None
-
     def _setup(self) -> None:
         c = self._db()
         if self.path != ":memory:":
@@ -173,6 +160,12 @@ class BudgetLedger:
                     "neighbouring": self.neighbouring,
                     "pld_discretization": repr(self.pld_discretization)}
             have = dict(c.execute("SELECT key, value FROM meta").fetchall())
+            if not self._grid_given and "pld_discretization" in have:
+                try:
+                    self.pld_discretization = float(have["pld_discretization"])
+                except ValueError:
+                    raise LedgerError(f"ledger {self.path!r} records an unreadable PLD grid") from None
+                want["pld_discretization"] = repr(self.pld_discretization)
             for key, value in want.items():
                 if key not in have:
                     c.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (key, value))

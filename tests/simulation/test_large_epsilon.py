@@ -10,7 +10,7 @@ import pytest
 from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.lvq import prepare_params
 from dpfed.core import accounting
-from dpfed.core.ledger import BudgetLedger
+from dpfed.core.ledger import BudgetLedger, LedgerError
 from dpfed.data.schema import Schema
 from dpfed.simulation import run_inprocess
 
@@ -40,6 +40,19 @@ def test_the_grid_rule_keeps_small_epsilons_and_nests() -> None:
     assert grids == [2e-4, 4e-4, 8e-4, 1.6e-3, 1.6e-3, 1.6e-3]
     assert all(g / 1e-4 == 2 ** round(np.log2(g / 1e-4)) for g in grids)  # nested: 1e-4 times a power of 2
     assert all(accounting.pld_grid(e) <= accounting.RELATIVE_GRID * e for e in (10.0, 33.0, 77.0, 100.0))
+
+
+def test_a_ledger_keeps_the_grid_it_was_created_with(tmp_path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with BudgetLedger(path, epsilon_limit=1.0, delta_limit=DELTA) as led:  # created at 1e-4
+        assert led.pld_discretization == 1e-4
+        led.charge("a", accounting.EpsilonDeltaDpEvent(0.5, 0.0))
+    with BudgetLedger(path, epsilon_limit=100.0, delta_limit=DELTA) as led:  # the owner raised the limit
+        assert led.pld_discretization == 1e-4 and led.spent() == pytest.approx(0.5, rel=1e-3)
+    with pytest.raises(LedgerError, match="pld_discretization"):
+        BudgetLedger(path, epsilon_limit=100.0, delta_limit=DELTA, pld_discretization=1.6e-3)
+    with BudgetLedger(tmp_path / "new.sqlite", epsilon_limit=100.0, delta_limit=DELTA) as led:
+        assert led.pld_discretization == 1.6e-3
 
 
 @pytest.mark.parametrize("eps", [20.0, 50.0, 100.0])
