@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from dpfed.algorithms.contract import TaskRejected
 
-__all__ = ["Param", "ParamTable", "validate", "table_for", "arg_type", "EPSILON", "delta_param",
+__all__ = ["Param", "ParamTable", "validate", "table_for", "arg_type", "EPSILON", "delta_param", "noise_param",
            "EPSILON_MIN", "EPSILON_MAX", "MEMORY_CAP_BYTES"]
 
 #: Smallest and largest accepted job epsilon: below 1e-3 nothing useful is learnt and the accountants'
@@ -186,6 +186,13 @@ def delta_param(default: float, positive: bool = False) -> Param:
     """The job's delta: [0, 1), or (0, 1) where the algorithm needs delta > 0."""
     return Param("delta", float, default, lo=0.0, lo_open=positive, hi=1.0, hi_open=True,
                  help="per-party delta of the whole job")
+
+
+def noise_param(help: str = "local: every party adds the full noise (private against the coordinator on its "
+                "own); distributed: each party adds a discrete share, only the secure-aggregation sum carries "
+                "the central noise") -> Param:
+    """Noise placement, ``--noise local|distributed`` (distributed runs under secure aggregation)."""
+    return Param("noise", str, "local", choices=("local", "distributed"), help=help)
 
 
 _COMMON = ParamTable((EPSILON, delta_param(0.0)), open=True)

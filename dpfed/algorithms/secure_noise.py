@@ -121,17 +121,31 @@ class SecurePlan:
     noise: dn.DistributedNoisePlan
     layout: tuple[tuple[str, tuple[int, ...]], ...]
     seed: bytes
+    #: True: the rows are already integer vectors with exact sensitivities (no clip, rotation, scale or
+    #: rounding; ``noise.dimension`` coordinates, no padding) and the decoded sum is int64.
+    integer: bool = False
 
     @property
     def dimension(self) -> int:
         return int(sum(math.prod(s) for _, s in self.layout))
+
+    @property
+    def length(self) -> int:
+        """Coordinates of the masked vector (the padded dimension after a rotation)."""
+        return self.noise.dimension if self.integer else self.noise.padded_dimension
+
+    def decode(self, total: np.ndarray) -> dict[str, np.ndarray]:
+        """The survivors' sum mod 2^B as the named arrays (KLS21 Alg. 2, or centring only for integers)."""
+        if self.integer:
+            return self.split(dn.decode_integers(total, self.noise.bits))
+        return self.split(dn.decode(total, self.noise, seed=self.seed))
 
     def split(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         """The decoded flat vector as the named arrays of :attr:`layout`."""
         out, at = {}, 0
         for name, shape in self.layout:
             k = math.prod(shape)
-            out[name] = np.asarray(flat[at:at + k], dtype=np.float64).reshape(shape)
+            out[name] = np.asarray(flat[at:at + k], dtype=np.int64 if self.integer else np.float64).reshape(shape)
             at += k
         return out
 

@@ -22,7 +22,6 @@ import numpy as np
 
 from dpfed.algorithms.contract import Aggregate, Answer, JobSpec, PartyAlgorithm, Task
 from dpfed.algorithms.secure_noise import secure_params
-from dpfed.core import distributed_noise as dn
 from dpfed.core.errors import DpfedError
 from dpfed.federation import secagg as sa
 from dpfed.federation import secure_wire as sw
@@ -104,7 +103,7 @@ class SecureGather:
         boxes = server.route_envelopes(r, [e for es in envs.values() for e in es])
         inner = {sw.INNER + k: np.asarray(v) for k, v in task.arrays.items()}
         masked_meta = {"kind": task.kind, "params": dict(task.params)}
-        d = plan.noise.padded_dimension
+        d = plan.length
         masked = self._answers(
             {n: Task(job, r, sw.MASKED, masked_meta,
                      {**inner, **{"env/" + k: v for k, v in sw.envelopes_to_arrays(boxes[n], roster).items()}})
@@ -124,7 +123,7 @@ class SecureGather:
         except sa.ReconstructionError as exc:
             raise RoundAborted(f"round {r} aborted: {len(resps)} of {len(req.survivors)} survivors answered the "
                                f"unmask request, too few to reconstruct ({exc})") from None
-        arrays = plan.split(dn.decode(total, plan.noise, seed=plan.seed))
+        arrays = plan.decode(total)
         self.rounds += 1
         missing = len(roster) - len(req.survivors)
         self.dropouts += missing

@@ -185,13 +185,17 @@ class SecureParty:
 def encode_rows(chunks: Any, plan: Any, rng: SecureRNG) -> np.ndarray:
     """Distributed-noise encoding of a stream of per-record row chunks (KLS21 Alg. 1): each row
     clipped, rotated, scaled and conditionally rounded on its own, the integer rows summed, one
-    discrete Gaussian share added, mod 2^B (uint64 words)."""
-    total = np.zeros(plan.noise.padded_dimension, dtype=np.int64)
+    discrete Gaussian share added, mod 2^B (uint64 words). An ``integer`` plan takes integer rows
+    as they are (their sensitivities are exact; the algorithm's plan states them) and sums them."""
+    total = np.zeros(plan.length, dtype=np.int64)
     for rows in chunks:
-        rows = np.asarray(rows, dtype=np.float64)
+        rows = np.asarray(rows) if plan.integer else np.asarray(rows, dtype=np.float64)
         if rows.ndim != 2 or rows.shape[1] != plan.noise.dimension:
             raise ValueError(f"secure rows must have {plan.noise.dimension} columns")
-        if len(rows):
+        if plan.integer:
+            if rows.dtype.kind not in "iu":
+                raise TypeError("an integer secure plan takes integer rows")
+            total += rows.astype(np.int64).sum(axis=0)
+        elif len(rows):
             total += dn.quantize(rows, plan.noise, seed=plan.seed, rng=rng)
     return dn.add_noise_mod(total, plan.noise.sigma_share, plan.noise.bits, rng)
-

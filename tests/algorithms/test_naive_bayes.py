@@ -288,7 +288,8 @@ def test_registry_and_flags():
     parser = argparse.ArgumentParser()
     algo.add_arguments(parser)
     args = parser.parse_args(["--nb-mechanism", "laplace", "--nb-alpha", "0.5"])
-    assert algo.params_from_args(args) == {"mechanism": "laplace", "alpha": 0.5, "var_floor": 2e-3}
+    assert algo.params_from_args(args) == {"mechanism": "laplace", "alpha": 0.5, "var_floor": 2e-3, "noise": "local"}
+    assert algo.params_from_args(parser.parse_args(["--noise", "distributed"]))["noise"] == "distributed"
     sch = Schema((Feature("a", "categorical", categories=3),), n_classes=2)
     coord = algo.coordinator(_spec(sch, 1.0), ["p"])
     assert coord.summary()["mechanism"] == "laplace"
