@@ -169,10 +169,8 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
         elif args.transport == "ray":
             from dpfed.simulation.ray_runner import run_ray_simulation
 
-            if secure:
-                raise ValueError("secure aggregation does not run on --transport ray yet; use inproc or grpc")
             res = run_ray_simulation(spec, party_data, seed=args.seed, address=args.ray_address, progress=progress,
-                                     workers=args.ray_workers,
+                                     workers=args.ray_workers, dropout=args.dropout,
                                      ledger_dir=None if args.ledger_dir is None else f"{args.ledger_dir}/{job_id}")
         else:
             from dpfed.simulation.grpc_local import run_grpc_simulation

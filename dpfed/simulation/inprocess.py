@@ -97,7 +97,8 @@ def secure_send(sessions: Sequence[PartySession]):
 def make_parties(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarray | None]], *,
                  seed: int | None = None, ledgers: Sequence[BudgetLedger] | None = None,
                  party_names: Sequence[str] | None = None, plugins: Sequence[str] = (),
-                 dropout: float = 0.0) -> list[PartyContext]:
+                 dropout: float = 0.0,
+                 credentials: tuple[bytes, dict[str, tuple[bytes, bytes]]] | None = None) -> list[PartyContext]:
     """One :class:`PartyContext` per (X, y): records validated against the job's schema."""
     names = list(party_names) if party_names is not None else [f"party-{i}" for i in range(len(party_data))]
     if len(names) != len(party_data):
@@ -106,7 +107,9 @@ def make_parties(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarra
         ledgers = [default_ledger(spec) for _ in names]
     if len(ledgers) != len(names):
         raise ValueError("one ledger per party")
-    ca, creds = simulation_credentials(names) if is_secure(spec.params) else (b"", {})
+    if credentials is None:  # a secure job: one CA for all parties (a runner may pass its own)
+        credentials = simulation_credentials(names) if is_secure(spec.params) else (b"", {})
+    ca, creds = credentials
     out = []
     for name, (X, y), ledger in zip(names, party_data, ledgers, strict=True):
         Xv = spec.schema.validate(X, y)

@@ -19,6 +19,16 @@ With file ledgers (``ledger_dir`` or ``ledger_paths``) a worker that dies is res
 the plan already charged (the charge is idempotent on ``JOB:plan``), so nothing is charged twice.
 In-memory ledgers cannot survive their process, so then a worker failure ends the run.
 
+Secure-aggregation jobs (``noise = "distributed"``, ``secure_aggregation``) run the four SecAgg
+steps of each round through :class:`~dpfed.federation.secure_gather.SecureGather` at the driver;
+its ``send`` groups the per-party tasks by the worker hosting each party, one call per worker, and
+the worker returns its parties' answers one by one (a refusal or simulated dropout is a missing
+answer). There is no tree combine for secure jobs: the coordinator side of SecAgg must know which
+masked inputs arrived (the survivors) to unmask, and masked vectors mod 2^B are uniform, so summing
+them in a worker would reveal nothing more but save only the driver's additions; per-party answers
+keep one code path with the in-process and gRPC runners. One simulated CA signs every party's
+SecAgg keys (made at the driver, passed to the workers).
+
 Transport is Ray's object store inside one trusted cluster, so this is a simulation backend, not a
 deployment between mutually distrusting owners (that is the gRPC / mutual-TLS path).
 """
@@ -29,18 +39,20 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from dpfed.algorithms.contract import Aggregate, JobSpec, Task
 from dpfed.algorithms.driver import drive
 from dpfed.algorithms.secure_noise import is_secure
+from dpfed.federation.secure_gather import SecureGather
 from dpfed.core.errors import DpfedError
 from dpfed.core.ledger import BudgetExceededError
 from dpfed.federation.plugins import load_algorithm
 from dpfed.federation.session import decide
-from dpfed.simulation.inprocess import JobRefused, SimulationResult, default_ledger, make_parties
+from dpfed.simulation.inprocess import (JobRefused, SimulationResult, default_ledger, make_parties, secure_send,
+                                        secure_spec, simulation_credentials)
 
 __all__ = ["run_ray_simulation", "init_local_ray", "peak_rss_bytes", "WorkerLost"]
 
@@ -92,7 +104,8 @@ class PartyWorker:
     """
 
     def __init__(self, spec_json: str, names: Sequence[str], data_refs: Sequence[Any], seed: int | None,
-                 ledger_paths: Sequence[str], plugins: Sequence[str]) -> None:
+                 ledger_paths: Sequence[str], plugins: Sequence[str], dropout: float = 0.0,
+                 credentials: tuple[bytes, dict[str, tuple[bytes, bytes]]] | None = None) -> None:
         import ray
 
         self.spec = JobSpec.from_json(spec_json)
@@ -107,7 +120,7 @@ class PartyWorker:
                     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
                 ledgers.append(default_ledger(self.spec, path))
             self.parties = make_parties(self.spec, data, seed=seed, ledgers=ledgers, party_names=names,
-                                        plugins=plugins)
+                                        plugins=plugins, dropout=dropout, credentials=credentials)
             self.combine = load_algorithm(self.spec.algorithm, plugins).combine
         except Exception as exc:  # noqa: BLE001 - e.g. records outside the schema: the driver raises it
             self.error = exc
@@ -137,6 +150,10 @@ class PartyWorker:
             acc = self.combine(task, parts if acc is None else [acc, *parts])
         assert acc is not None
         return acc
+
+    def answer_each(self, tasks: dict[str, Task]) -> dict[str, Any]:
+        """Secure jobs: each named hosted party answers its own task; a refusal is a missing answer."""
+        return dict(secure_send(self.sessions)(tasks))
 
     def spent(self) -> dict[str, float]:
         return {p.name: p.ledger.spent(self.spec.job_id) for p in self.parties}
@@ -172,7 +189,8 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
                        progress: Callable[[float], None] | None = None,
                        workers: int | None = None, cpus_per_worker: float = 1.0,
                        ledger_dir: str | None = None, max_restarts: int = 3,
-                       plugins: Sequence[str] = (), party_names: Sequence[str] | None = None) -> SimulationResult:
+                       plugins: Sequence[str] = (), party_names: Sequence[str] | None = None,
+                       dropout: float = 0.0) -> SimulationResult:
     """Run ``spec`` over ``party_data`` [(X, y), ...] on a pool of Ray worker actors.
 
     ``address`` joins an existing cluster (else a local one is started and stopped). ``workers``
@@ -187,12 +205,12 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
     t0 = time.perf_counter()
     if cpus_per_worker <= 0:
         raise ValueError("cpus_per_worker must be > 0")
-    if is_secure(spec.params):
-        raise ValueError("secure aggregation does not run on the Ray pool yet (its rounds need per-party tasks "
-                         "and masked sums in the workers); use run_inprocess or the gRPC simulation")
     names = list(party_names) if party_names is not None else [f"party-{i}" for i in range(len(party_data))]
     if len(names) != len(party_data) or not names:
         raise ValueError("one name per party, and at least one party")
+    secure = is_secure(spec.params)
+    spec = secure_spec(spec, names, sum(len(X) for X, _ in party_data))
+    creds = simulation_credentials(names) if secure else None
     tmp = None
     if ledger_paths is not None:
         paths = list(ledger_paths)
@@ -222,7 +240,10 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
             scheduling_strategy="SPREAD")
         spec_json = spec.to_json()
         pool = [actor.remote(spec_json, [names[i] for i in s], [refs[i] for i in s], seed, [paths[i] for i in s],
-                             tuple(plugins)) for s in shards]
+                             tuple(plugins), dropout,
+                             None if creds is None else (creds[0], {names[i]: creds[1][names[i]] for i in s}))
+                for s in shards]
+        host = {names[i]: w for w, s in zip(pool, shards, strict=True) for i in s}
         statuses = ray.get([w.status.remote() for w in pool])  # every party has decided (charged) before any answer
         for st in statuses:
             if st["error"] is not None:
@@ -246,7 +267,23 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
             partials.append(len(parts))
             return parts
 
-        rounds = drive(coord, gather, algo.combine,
+        def send(tasks: Mapping[str, Task]) -> dict[str, Any]:
+            """SecureGather's transport: one call per worker with its parties' tasks, answers per party."""
+            calls: dict[Any, dict[str, Task]] = {}
+            for name, t in tasks.items():
+                calls.setdefault(host[name], {})[name] = t
+            out: dict[str, Any] = {}
+            try:
+                for part in ray.get([w.answer_each.remote(ts) for w, ts in calls.items()]):
+                    out.update(part)
+            except ray.exceptions.RayActorError as exc:
+                raise WorkerLost(f"a Ray worker died in a secure round ({type(exc).__name__})") from None
+            partials.append(len(calls))
+            return out
+
+        sg = SecureGather(spec, algo.party(), send) if secure else None
+
+        rounds = drive(coord, gather if sg is None else sg, algo.combine,
                        on_round=None if progress is None else (lambda task, c: progress(c.progress)))
         spent: dict[str, float] = {}
         for part in ray.get([w.spent.remote() for w in pool]):
@@ -260,7 +297,8 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
                 "worker_peak_rss": [u[0] for u in usage], "worker_cpu_seconds": [u[1] for u in usage],
                 "worker_cpu_seconds_in_rounds": [u[1] - u0[1] for u, u0 in zip(usage, usage0, strict=True)],
                 "durable_ledgers": durable}
-        return SimulationResult(model=coord.model(), summary=coord.summary(), epsilon_spent=max(spent.values()),
+        summary = {**coord.summary(), **(sg.summary() if sg is not None else {"secure_aggregation": False})}
+        return SimulationResult(model=coord.model(), summary=summary, epsilon_spent=max(spent.values()),
                                 party_epsilon={k: spent[k] for k in names}, rounds=rounds,
                                 wall_seconds=time.perf_counter() - t0, info=info)
     finally:
