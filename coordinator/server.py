@@ -56,7 +56,7 @@ import numpy as np
 
 from coordinator.config import CoordinatorConfig
 from coordinator.state import RESUMABLE_STATES, CheckpointError, JobRecord, StateStore
-from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
+from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task, jsonable
 from dpfed.algorithms.driver import drive
 from dpfed.algorithms.params import validate
 from dpfed.core import accounting
@@ -722,7 +722,7 @@ class Coordinator:
             return
         model = coord.model()
         self.store.save_model(rec.job_id, model)
-        rec.summary = _jsonable({**coord.summary(), **(secure.summary() if secure is not None else {})})
+        rec.summary = jsonable({**coord.summary(), **(secure.summary() if secure is not None else {})})
         rec.progress = 1.0
         self._finish(rec, "done")
 
@@ -751,7 +751,7 @@ class Coordinator:
             for i, g in enumerate(groups):
                 m = pb.CoordinatorMessage(**ids, chunks=g, last=i == len(groups) - 1)
                 if i == 0:
-                    m.task.CopyFrom(pb.TaskHeader(kind=t.kind, params_json=json.dumps(_jsonable(dict(t.params)))))
+                    m.task.CopyFrom(pb.TaskHeader(kind=t.kind, params_json=json.dumps(jsonable(dict(t.params)))))
                 msgs.append(m)
             return msgs
 
@@ -795,18 +795,6 @@ class Coordinator:
 
 class _JobFailed(Exception):
     pass
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
 
 
 # ---------------------------------------------------------------------- gRPC glue

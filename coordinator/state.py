@@ -39,6 +39,7 @@ import numpy as np
 
 from dpfed.core.accounting import event_from_json
 from dpfed.core.errors import DpfedError
+from dpfed.core import accounting
 from dpfed.core.ledger import BudgetLedger
 
 __all__ = ["CheckpointError", "JobRecord", "StateStore", "TERMINAL_STATES", "RESUMABLE_STATES"]
@@ -203,8 +204,13 @@ class StateStore:
             delta = float(self.parties.get(party, {}).get("delta_limit", 1e-6))
             folder = self.root / ("budget" if accountant == "pld" else f"budget-{accountant}")
             folder.mkdir(parents=True, exist_ok=True)
-            led = BudgetLedger(folder / f"{party}.sqlite", epsilon_limit=_MIRROR_EPSILON_LIMIT,
-                               delta_limit=delta, accountant=accountant)
+            path = folder / f"{party}.sqlite"
+            # the party's own ledger's grid (from its limit), not the mirror's huge limit's: the same
+            # events must give the same spend at both ends; an existing file keeps its own grid
+            grid = None if path.exists() else accounting.pld_grid(
+                float(self.parties.get(party, {}).get("epsilon_limit", 1.0)))
+            led = BudgetLedger(path, epsilon_limit=_MIRROR_EPSILON_LIMIT, delta_limit=delta,
+                               accountant=accountant, pld_discretization=grid)
             self._ledgers[key] = led
         return led
 

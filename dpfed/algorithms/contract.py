@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from dpfed.algorithms.secure_noise import SecurePlan
 
 __all__ = ["JobSpec", "Task", "Answer", "Aggregate", "Released", "TaskRejected", "PartyAlgorithm",
-           "CoordinatorAlgorithm", "Algorithm", "sum_combine", "stack_combine", "is_builtin", "released_arrays"]
+           "CoordinatorAlgorithm", "Algorithm", "sum_combine", "stack_combine", "is_builtin", "released_arrays",
+           "jsonable"]
 
 Answer = dict[str, np.ndarray]
 
@@ -169,6 +170,19 @@ def stack_combine(task: "Task", parts: Sequence[Aggregate]) -> Aggregate:
             raise ValueError(f"array {k!r} needs one row per party and equal row shapes")
         out[k] = np.concatenate(arrs)
     return Aggregate(out, tuple(n for p in parts for n in p.parties))
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` with numpy arrays and scalars turned into JSON values (task parameters, summaries)."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
 
 
 class PartyAlgorithm(ABC):

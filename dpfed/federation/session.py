@@ -38,7 +38,8 @@ import numpy as np
 from dp_accounting import DpEvent
 
 from dpfed.algorithms.secure_noise import is_secure
-from dpfed.algorithms.contract import Algorithm, Answer, JobSpec, PartyAlgorithm, Task, TaskRejected, released_arrays
+from dpfed.algorithms.contract import (Algorithm, Answer, JobSpec, PartyAlgorithm, Task, TaskRejected, jsonable,
+                                       released_arrays)
 from dpfed.algorithms.params import validate
 from dpfed.core import accounting
 from dpfed.core.ledger import AnswerConflictError, BudgetExceededError, BudgetLedger, JobConflictError
@@ -102,7 +103,7 @@ class Decision:
 def task_digest(task: Task) -> str:
     """SHA-256 over everything a task says (job, round, kind, parameters, arrays with dtype and shape)."""
     h = hashlib.sha256()
-    h.update(json.dumps([task.job_id, int(task.round), task.kind, _jsonable(dict(task.params))],
+    h.update(json.dumps([task.job_id, int(task.round), task.kind, jsonable(dict(task.params))],
                         sort_keys=True).encode())
     for name in sorted(task.arrays):
         a = np.ascontiguousarray(task.arrays[name])
@@ -134,18 +135,6 @@ def unpack_answer(data: bytes) -> Answer:
                                   offset=pos).reshape(shape).copy()
         pos += size
     return out
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
 
 
 def decide(party: PartyContext, offer: JobSpec | str) -> Decision:
