@@ -37,7 +37,8 @@ def test_deployed_party_refuses_distributed_noise(tmp_path):
         assert not d.accept and d.session is None and "secure aggregation" in d.reason
         assert daemon.ledger.spent() == 0.0  # refused before any charge
         d = decide(daemon.party, _prepared(local).to_json())
-        assert d.accept and d.session is not None and 0.99 <= daemon.ledger.spent() <= 1.0 + 1e-9
+        # charged on the ledger's own grid (accounting.pld_grid of its limit 10): PLD rounds up by its grid
+        assert d.accept and d.session is not None and 0.99 <= daemon.ledger.spent() <= 1.0 + 1e-5
     finally:
         daemon.close()
 

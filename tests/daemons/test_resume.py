@@ -315,7 +315,9 @@ def test_the_coordinator_refuses_a_mismatching_event(pki, tmp_path):
         assert liar.tasks == []                                   # no task was ever sent
         assert server.coordinator.store.spent("party-1") == 0.0
         # the honest party's charge is the plan, built here from the parameters: 3 Laplace rounds of eps 1/3
-        want = accounting.epsilon(dpa.SelfComposedDpEvent(dpa.LaplaceDpEvent(3 / 1.0), 3), 1e-6)
+        # composed, as the party's own ledger does, on the PLD grid of the party's limit (10, registered)
+        want = accounting.epsilon(dpa.SelfComposedDpEvent(dpa.LaplaceDpEvent(3 / 1.0), 3), 1e-6,
+                                  pld_discretization=accounting.pld_grid(10.0))
         assert want == pytest.approx(1.0, rel=1e-3)  # basic composition; PLD rounds up by its grid
         assert server.coordinator.store.spent("party-0") == pytest.approx(want, rel=1e-9)
     finally:
