@@ -1,13 +1,19 @@
 """One Table-1 cell under secure aggregation, in process (Segmentation GMLVQ, epsilon 1.5, 5 parties,
 P_min 5, tuned lr 0.2 / clip 0.1). Run: ``python bench/bench_secure_cell.py BITS FOLD``; prints one JSON line.
 Results: bench/results/secure_table1.md."""
-import sys, time, json, warnings
+import json
+import sys
+import time
+import warnings
+
 import numpy as np
-warnings.simplefilter("ignore")
+
 from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.lvq import DEFAULTS, evaluate
 from dpfed.data.datasets import load_dataset, kfold_indices, split_parties
 from dpfed.simulation.inprocess import run_inprocess
+
+warnings.simplefilter("ignore")
 ds = load_dataset("segmentation")
 bits = int(sys.argv[1]); fold = int(sys.argv[2])
 tr, te = list(kfold_indices(len(ds.X), 5, seed=0))[fold]
