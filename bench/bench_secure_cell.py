@@ -15,7 +15,7 @@ from dpfed.simulation.inprocess import run_inprocess
 
 warnings.simplefilter("ignore")
 ds = load_dataset("segmentation")
-bits = int(sys.argv[1]); fold = int(sys.argv[2])
+bits, fold = int(sys.argv[1]), int(sys.argv[2])
 tr, te = list(kfold_indices(len(ds.X), 5, seed=0))[fold]
 params = {**DEFAULTS, "init": "gaussian", "lr": 0.2, "clip": 0.1, "epsilon": 1.5, "delta": 1e-5, "parties": 5,
           "noise": "distributed", "secure_aggregation": True, "bits": bits, "min_survivors": 5}
