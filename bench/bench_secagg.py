@@ -12,26 +12,16 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from dpfed.federation.certs import init_ca, issue
 from dpfed.federation import secagg as sa
+from dpfed.simulation.inprocess import simulation_credentials
 
 RESULTS = Path(__file__).resolve().parent / "results" / "secagg.md"
-
-
-def _pki(n: int, d: Path) -> tuple[bytes, dict[str, tuple[bytes, bytes]]]:
-    init_ca(d)
-    certs = {}
-    for i in range(n):
-        crt, key = issue(f"p{i:03d}", d)
-        certs[f"p{i:03d}"] = (crt.read_bytes(), key.read_bytes())
-    return (d / "ca.crt").read_bytes(), certs
 
 
 def _best(fn: Callable[[int], float], repeats: int) -> float:
@@ -100,15 +90,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--d", type=int, default=10**6)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        ca, certs = _pki(100, Path(tmp))
-        lines = ["| step | CPU s | plain sum s | dropped (s reconstructed) |", "|---|---|---|---|"]
-        for name, s in party_rows(ca, certs, args.d, 20, 32, args.repeats):
-            lines.append(f"| {name} | {s:.4f} | | |")
-        for p, d in ((10, 620_000), (100, 10_000)):
-            for dropout in (False, True):
-                name, s, plain, nd = server_row(ca, certs, p, d, 16, dropout, args.repeats)
-                lines.append(f"| {name} | {s:.4f} | {plain:.4f} | {nd} |")
+    ca, certs = simulation_credentials([f"p{i:03d}" for i in range(100)])
+    lines = ["| step | CPU s | plain sum s | dropped (s reconstructed) |", "|---|---|---|---|"]
+    for name, s in party_rows(ca, certs, args.d, 20, 32, args.repeats):
+        lines.append(f"| {name} | {s:.4f} | | |")
+    for p, d in ((10, 620_000), (100, 10_000)):
+        for dropout in (False, True):
+            name, s, plain, nd = server_row(ca, certs, p, d, 16, dropout, args.repeats)
+            lines.append(f"| {name} | {s:.4f} | {plain:.4f} | {nd} |")
     head = (f"Secure aggregation, best of {args.repeats} (CPU seconds, {platform.processor() or platform.machine()}, "
             f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})\n\n")
     text = head + "\n".join(lines) + "\n"

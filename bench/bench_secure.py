@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,19 +31,10 @@ import numpy as np
 from dpfed.core import distributed_noise as dn
 from dpfed.core.rng import SecureRNG
 from dpfed.federation import secagg as sa
+from dpfed.simulation.inprocess import simulation_credentials
 from dpfed.federation import secure_wire as sw
-from dpfed.federation.certs import init_ca, issue
 
 RESULTS = Path(__file__).resolve().parent / "results" / "secure.md"
-
-
-def _pki(n: int, d: Path) -> tuple[bytes, dict[str, tuple[bytes, bytes]]]:
-    init_ca(d)
-    out = {}
-    for i in range(n):
-        crt, key = issue(f"p{i:03d}", d)
-        out[f"p{i:03d}"] = (crt.read_bytes(), key.read_bytes())
-    return (d / "ca.crt").read_bytes(), out
 
 
 def plain_round(xs: list[np.ndarray], rngs: list[SecureRNG], std: float) -> float:
@@ -127,10 +117,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
     load0 = os.getloadavg()
-    with tempfile.TemporaryDirectory() as tmp:
-        ca, certs = _pki(100, Path(tmp))
-        rows = [compare(ca, certs, 10, 620_000, 16, args.repeats), compare(ca, certs, 100, 10_000, 16, args.repeats)]
-        mask = masking(ca, certs, 10**6, 20, 16, args.repeats)
+    ca, certs = simulation_credentials([f"p{i:03d}" for i in range(100)])
+    rows = [compare(ca, certs, 10, 620_000, 16, args.repeats), compare(ca, certs, 100, 10_000, 16, args.repeats)]
+    mask = masking(ca, certs, 10**6, 20, 16, args.repeats)
     load1 = os.getloadavg()
     lines = ["| round | plain s | secure s (all parties' encoding / masking; the rest: keys, shares, unmask, decode) "
              "| ratio | target | upload B=16 / float64 |", "|---|---|---|---|---|---|"]
