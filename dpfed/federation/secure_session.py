@@ -142,7 +142,8 @@ class SecureParty:
             raise TaskRejected(f"{type(exc).__name__}: {exc}") from None
         except (ValueError, KeyError, TypeError) as exc:  # malformed task arrays or params
             if step == 2:  # the algorithm's rows may be in the trace: only the type leaves the party
-                log.exception("job %s round %d: secure answer failed", self.spec.job_id, task.round)
+                log.error("job %s round %d: secure answer failed (%s; message withheld: it may hold record "
+                          "values)", self.spec.job_id, task.round, type(exc).__name__)
                 raise TaskRejected(f"the party failed to compute its masked input ({type(exc).__name__}; "
                                    "see the party's log)") from None
             raise TaskRejected(f"malformed {task.kind} task: {exc}") from None
