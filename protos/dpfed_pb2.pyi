@@ -41,12 +41,14 @@ class RegisterRequest(_message.Message):
     def __init__(self, version: _Optional[int] = ..., party: _Optional[str] = ..., schema_json: _Optional[str] = ..., epsilon_limit: _Optional[float] = ..., delta_limit: _Optional[float] = ..., epsilon_spent: _Optional[float] = ..., algorithms: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
-    __slots__ = ("version", "session")
+    __slots__ = ("version", "session", "shard")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
     version: int
     session: str
-    def __init__(self, version: _Optional[int] = ..., session: _Optional[str] = ...) -> None: ...
+    shard: str
+    def __init__(self, version: _Optional[int] = ..., session: _Optional[str] = ..., shard: _Optional[str] = ...) -> None: ...
 
 class StreamRequest(_message.Message):
     __slots__ = ("version", "session")
