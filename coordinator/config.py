@@ -13,6 +13,17 @@ Example (relative paths are relative to the config file)::
     max_message_bytes = 4194304    # gRPC message limit, enforced on send and receive
     chunk_bytes = 1048576          # array payload per message (must be below max_message_bytes)
     plugins = []                   # extra modules defining ALGORITHMS (must match the parties')
+    max_concurrent_jobs = 4        # jobs that run at once (each its own driver); the rest wait in the queue
+
+    # On a Ray cluster (`dpfed coordinator serve --ray-address ADDR`, or ray_address here): parties
+    # register here and then stream tasks and results through `shards` ingress actors spread over the
+    # cluster, which merge each round's answers before the central driver sees them.
+    ray_address = ""               # "" = one process, no Ray; "auto", "local" or "HOST:PORT" of a Ray head
+    shards = 2                     # ingress shards (Ray actors, each a gRPC server with this certificate)
+    shard_host = ""                # interface the shards listen on (default: the host of `listen`)
+    shard_port = 0                 # first shard port (shard i listens on shard_port + i); 0 = free ports
+    shard_advertise = ""           # host the parties dial for a shard (default: the IP of the shard's node)
+    shard_cpus = 0.5               # Ray CPUs reserved per shard
 
     [tls]                          # mutual TLS (required unless insecure = true)
     ca = "certs/ca.crt"            # the deployment CA: parties and operators must be signed by it
@@ -45,6 +56,13 @@ class CoordinatorConfig:
     plugins: tuple[str, ...] = field(default=())
     min_ping_interval: float = MIN_PING_INTERVAL_SECONDS
     heartbeat_seconds: float = 10.0
+    max_concurrent_jobs: int = 4
+    ray_address: str = ""
+    shards: int = 2
+    shard_host: str = ""
+    shard_port: int = 0
+    shard_advertise: str = ""
+    shard_cpus: float = 0.5
 
     def __post_init__(self) -> None:
         if not self.insecure and self.tls is None:
@@ -55,13 +73,20 @@ class CoordinatorConfig:
             raise ConfigError("accept_timeout (offer_timeout) and answer_timeout (task_timeout) must be positive")
         if not (self.min_ping_interval > 0 and self.heartbeat_seconds > 0):
             raise ConfigError("min_ping_interval and heartbeat_seconds must be positive")
+        if not 1 <= self.max_concurrent_jobs <= 256:
+            raise ConfigError("max_concurrent_jobs must be between 1 and 256")
+        if not 1 <= self.shards <= 256:
+            raise ConfigError("shards must be between 1 and 256")
+        if not (0 <= self.shard_port <= 65535 - self.shards and 0 <= self.shard_cpus <= 64):
+            raise ConfigError("shard_port must leave room for every shard's port below 65536; shard_cpus in [0, 64]")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CoordinatorConfig":
         t, base = read_toml(path)
         known = {"listen", "state_dir", "insecure", "offer_timeout", "task_timeout", "accept_timeout",
                  "answer_timeout", "min_ping_interval", "heartbeat_seconds", "max_message_bytes", "chunk_bytes",
-                 "plugins", "tls"}
+                 "plugins", "tls", "max_concurrent_jobs", "ray_address", "shards", "shard_host", "shard_port",
+                 "shard_advertise", "shard_cpus"}
         unknown = sorted(set(t) - known)
         if unknown:
             raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -76,7 +101,12 @@ class CoordinatorConfig:
                        heartbeat_seconds=float(t.get("heartbeat_seconds", cls.heartbeat_seconds)),
                        max_message_bytes=int(t.get("max_message_bytes", cls.max_message_bytes)),
                        chunk_bytes=int(t.get("chunk_bytes", cls.chunk_bytes)),
-                       plugins=tuple(str(p) for p in t.get("plugins", ())))
+                       plugins=tuple(str(p) for p in t.get("plugins", ())),
+                       max_concurrent_jobs=int(t.get("max_concurrent_jobs", cls.max_concurrent_jobs)),
+                       ray_address=str(t.get("ray_address", "")), shards=int(t.get("shards", cls.shards)),
+                       shard_host=str(t.get("shard_host", "")), shard_port=int(t.get("shard_port", 0)),
+                       shard_advertise=str(t.get("shard_advertise", "")),
+                       shard_cpus=float(t.get("shard_cpus", cls.shard_cpus)))
         except (TypeError, ValueError) as exc:
             if isinstance(exc, ConfigError):
                 raise

@@ -1,7 +1,9 @@
 """The coordinator daemon: gRPC services for parties and operators, and the job runner.
 
 Parties dial in, register under the name in their certificate, and keep one task stream open.
-Jobs run one at a time (:meth:`Coordinator._run_job`): every chosen party is offered the job spec
+Up to ``max_concurrent_jobs`` jobs run at once, each on its own runner thread with its own driver
+(:meth:`Coordinator._run_job`); a party may take part in several (its stream carries every job's
+messages, each tagged with its job id; its ledger composes the jobs atomically). Every chosen party is offered the job spec
 and accepts only after charging its own ledger (or refuses with a reason, shown to the operator);
 then the one driver loop (:func:`dpfed.algorithms.driver.drive`) runs the algorithm's coordinator
 half: each task is broadcast to all parties on their streams, and once all answers have arrived
@@ -55,6 +57,7 @@ import grpc
 import numpy as np
 
 from coordinator.config import CoordinatorConfig
+from coordinator.rpc import Abort, caller, check_version, guard, guard_stream, outbox_stream, read_result, admit_result, check_session
 from coordinator.state import RESUMABLE_STATES, CheckpointError, JobRecord, StateStore
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task, jsonable
 from dpfed.algorithms.driver import drive
@@ -63,33 +66,27 @@ from dpfed.core import accounting
 from dpfed.data.schema import Schema
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
-from protos.codec import (PROTOCOL_VERSION, ArrayAssembler, ProtocolError, chunk_groups, encode_arrays,
+from protos.codec import (PROTOCOL_VERSION, ProtocolError, chunk_groups, encode_arrays,
                           server_options)
 from dpfed.algorithms.secure_noise import is_secure
 from dpfed.federation.plugins import load_algorithm
 from dpfed.federation.secure_gather import SecureGather
-from dpfed.federation.tls import peer_identity, peer_revoked, server_credentials, warn_insecure
+from dpfed.federation.tls import server_credentials, warn_insecure
 
 __all__ = ["Coordinator", "serve"]
 
 log = logging.getLogger("dpfed.coordinator")
 
 
-class _Abort(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code, self.message = code, message
-
-
 @dataclass
 class _Session:
     name: str
     token: str
-    outbox: "queue.Queue[pb.CoordinatorMessage | None]" = field(default_factory=queue.Queue)
+    outbox: Any = field(default_factory=queue.Queue)  # a Queue, or a ShardOutbox (coordinator on Ray)
+    shard: int = -1                  # the ingress shard serving this session's stream (-1: this process)
     streaming: bool = False
     closed: bool = False
-    offered: str = ""                # the job id this session was offered (each session answers an offer once)
-    responded: bool = False
+    offers: dict[str, bool] = field(default_factory=dict)  # job id offered -> answered (each offer answered once)
 
 
 @dataclass
@@ -127,15 +124,23 @@ class Coordinator:
         self._by_token: dict[str, _Session] = {}
         self._last_seen: dict[str, float] = {}
         self._queue: "queue.Queue[str | None]" = queue.Queue()
-        self._active: _Active | None = None
+        self._actives: dict[str, _Active] = {}          # running jobs (several at once), by job id
         self._cancel: set[str] = set()
+        self._running: set[str] = set()                 # job ids a runner thread is working on
         self._stopping = False
         for rec in sorted(self.jobs.values(), key=lambda r: r.created):
             if rec.state == "queued":  # queued, or interrupted by a restart: run (resume) them in order
                 self._queue.put(rec.job_id)
         self._planner = futures.ThreadPoolExecutor(1, thread_name_prefix="dpfed-plan")
-        self._runner = threading.Thread(target=self._run_loop, name="dpfed-job-runner", daemon=True)
-        self._runner.start()
+        self.pool = None
+        if config.ray_address:  # the parties' data path through ingress shards on a Ray cluster
+            from coordinator.shards import ShardPool
+
+            self.pool = ShardPool(config, self._shard_event)
+        self._runners = [threading.Thread(target=self._run_loop, name=f"dpfed-job-runner-{i}", daemon=True)
+                         for i in range(config.max_concurrent_jobs)]
+        for t in self._runners:
+            t.start()
 
     # ------------------------------------------------------------------ helpers
     def _changed(self) -> None:
@@ -145,65 +150,51 @@ class Coordinator:
 
     def _identify(self, context: grpc.ServicerContext, role: str) -> str | None:
         """The caller's certificate name (None on plain text), refusing the wrong role."""
-        ident = peer_identity(context)
-        if ident is None:
-            if not self.config.insecure:
-                raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "a client certificate is required")
-            return None
-        name, cert_role = ident
-        if peer_revoked(context, self.config.tls):
-            raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"certificate {name!r} is revoked")
-        if cert_role != role:
-            raise _Abort(grpc.StatusCode.PERMISSION_DENIED,
-                         f"certificate {name!r} has role {cert_role or 'none'!r}; this call needs a {role} certificate")
-        return name
+        return caller(context, role, insecure=self.config.insecure, tls=self.config.tls)
 
     def _session(self, context: grpc.ServicerContext, version: int, token: str) -> _Session:
-        if version != PROTOCOL_VERSION:
-            raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
-                         f"protocol version {version} not supported (this coordinator speaks {PROTOCOL_VERSION})")
+        check_version(version)
         cert_name = self._identify(context, "party")
         with self._cond:
-            sess = self._by_token.get(token)
-            if sess is None or sess.closed:
-                raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "unknown or expired session; register again")
-            if cert_name is not None and sess.name != cert_name:
-                raise _Abort(grpc.StatusCode.PERMISSION_DENIED,
-                             f"session belongs to {sess.name!r}, not to certificate {cert_name!r}")
+            sess = check_session(self._by_token.get(token), cert_name)
             self._last_seen[sess.name] = time.time()
             return sess
 
-    def _fail_active(self, reason: str) -> None:
-        """Call with self._cond held: make the running job fail with ``reason``."""
-        if self._active is not None and not self._active.failure:
-            self._active.failure = reason
+    def _fail(self, act: _Active | None, reason: str) -> None:
+        """Call with self._cond held: make the running job ``act`` fail with ``reason``."""
+        if act is not None and not act.failure:
+            act.failure = reason
             self._changed()
 
     # ------------------------------------------------------------------ party service
     def register(self, req: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterReply:
-        if req.version != PROTOCOL_VERSION:
-            raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
-                         f"protocol version {req.version} not supported (this coordinator speaks {PROTOCOL_VERSION})")
+        check_version(req.version)
         cert_name = self._identify(context, "party")
         from dpfed.federation.certs import valid_name
 
         if not valid_name(req.party):
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "party name must be 1-64 letters, digits, '.', '_', '-'")
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "party name must be 1-64 letters, digits, '.', '_', '-'")
         if cert_name is not None and req.party != cert_name:
-            raise _Abort(grpc.StatusCode.PERMISSION_DENIED,
+            raise Abort(grpc.StatusCode.PERMISSION_DENIED,
                          f"certificate is issued to {cert_name!r} but the party claims to be {req.party!r}")
         try:
             schema = Schema.from_json(req.schema_json)
         except (ValueError, TypeError) as exc:
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed schema: {exc}") from None
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed schema: {exc}") from None
         if not (req.epsilon_limit >= 0 and 0 < req.delta_limit < 1):
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "epsilon_limit >= 0 and 0 < delta_limit < 1 required")
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "epsilon_limit >= 0 and 0 < delta_limit < 1 required")
         token = secrets.token_hex(16)
+        shard, outbox = -1, None
+        if self.pool is not None:  # the shard learns the session before the party can dial it
+            shard = self.pool.assign(req.party)
+            outbox = self.pool.open(shard, token, req.party)
         with self._cond:
             old = self._sessions.get(req.party)
             if old is not None:
                 self._close_session(old, "the party registered again")
-            sess = _Session(req.party, token)
+            sess = _Session(req.party, token, shard=shard)
+            if outbox is not None:
+                sess.outbox = outbox
             self._sessions[req.party] = sess
             self._by_token[token] = sess
             self._last_seen[req.party] = time.time()
@@ -212,7 +203,8 @@ class Coordinator:
                               delta_limit=req.delta_limit, epsilon_spent=req.epsilon_spent,
                               algorithms=list(req.algorithms), registered=time.time())
         log.info("party %s registered", req.party)
-        return pb.RegisterReply(version=PROTOCOL_VERSION, session=token)
+        return pb.RegisterReply(version=PROTOCOL_VERSION, session=token,
+                                shard=self.pool.addresses[shard] if self.pool is not None else "")
 
     def _close_session(self, sess: _Session, why: str) -> None:
         """Call with self._cond held."""
@@ -223,23 +215,28 @@ class Coordinator:
         self._by_token.pop(sess.token, None)
         if self._sessions.get(sess.name) is sess:
             del self._sessions[sess.name]
-            act = self._active
-            if act is not None and sess.name in act.parties:
-                # Not a failure: the party may come back within the round's timeout and resume.
-                act.ready.discard(sess.name)
-                log.warning("party %s left job %s in round %d (%s); waiting for it to come back",
-                            sess.name, act.spec.job_id, act.round, why)
+            for act in self._actives.values():
+                if sess.name in act.parties:
+                    # Not a failure: the party may come back within the round's timeout and resume.
+                    act.ready.discard(sess.name)
+                    if self.pool is not None and sess.shard >= 0:
+                        self.pool.submit(sess.shard, ("ready", act.spec.job_id, sess.name, False))
+                    log.warning("party %s left job %s in round %d (%s); waiting for it to come back",
+                                sess.name, act.spec.job_id, act.round, why)
         self._changed()
 
     def task_stream(self, req: pb.StreamRequest, context: grpc.ServicerContext) -> Iterator[pb.CoordinatorMessage]:
         sess = self._session(context, req.version, req.session)
+        if sess.shard >= 0:
+            raise Abort(grpc.StatusCode.FAILED_PRECONDITION,
+                         f"open the task stream at your ingress shard {self.pool.addresses[sess.shard]}")
         with self._cond:
             if sess.streaming:
-                raise _Abort(grpc.StatusCode.ALREADY_EXISTS, "this session already has a task stream")
+                raise Abort(grpc.StatusCode.ALREADY_EXISTS, "this session already has a task stream")
             sess.streaming = True
-            act = self._active
-            if act is not None and sess.name in act.parties and sess.name not in act.ready and act.offer is not None:
-                self._offer_to(sess, act)  # the party came back during a job: offer it again (a resume)
+            for act in self._actives.values():
+                if sess.name in act.parties and sess.name not in act.ready and act.offer is not None:
+                    self._offer_to(sess, act)  # the party came back during a job: offer it again (a resume)
             self._changed()
 
         def gone() -> None:
@@ -248,26 +245,41 @@ class Coordinator:
 
         context.add_callback(gone)
         log.info("party %s connected", sess.name)
-        while True:
-            try:
-                msg = sess.outbox.get(timeout=self.config.heartbeat_seconds)
-            except queue.Empty:
-                msg = pb.CoordinatorMessage(version=PROTOCOL_VERSION, round=-1, heartbeat=True)
-            if msg is None or not context.is_active():
+        yield from outbox_stream(sess.outbox, context, self.config.heartbeat_seconds)
+
+    def _shard_event(self, kind: str, token: str, name: str) -> None:
+        """A party's task stream opened or closed at its ingress shard (coordinator on Ray)."""
+        with self._cond:
+            sess = self._by_token.get(token)
+            if sess is None or sess.closed or sess.name != name:
                 return
-            yield msg
+            if kind == "open":
+                sess.streaming = True
+                self._last_seen[name] = time.time()
+                for act in self._actives.values():
+                    if name in act.parties and name not in act.ready and act.offer is not None:
+                        self._offer_to(sess, act)  # back during a job: offer it again (a resume)
+                log.info("party %s connected (ingress shard %d)", name, sess.shard)
+                self._changed()
+            elif kind == "closed":
+                self._close_session(sess, "its task stream ended")
 
     def _offer_to(self, sess: _Session, act: _Active) -> None:
         """Call with self._cond held: put the job offer on one session's stream."""
-        sess.offered, sess.responded = act.spec.job_id, False
+        sess.offers[act.spec.job_id] = False
         sess.outbox.put(act.offer)
 
     def _resend(self, act: _Active, name: str) -> None:
         """Call with self._cond held: give ``name``'s current session the current round's task if it
         has accepted the job and its answer is neither in nor arriving."""
         sess = self._sessions.get(name)
-        if (sess is not None and self._active is act and name in act.ready and act.round >= 0 and not act.complete
-                and name not in act.answers and name not in act.receiving):
+        if sess is None or self._actives.get(act.spec.job_id) is not act or name not in act.ready \
+                or act.round < 0 or act.complete:
+            return
+        if sess.shard >= 0:  # the shard knows whether the answer is in or arriving
+            self.pool.submit(sess.shard, ("resend", act.spec.job_id, act.round, act.task_id, sess.token,
+                                          act.msgs.get(name, [])))
+        elif name not in act.answers and name not in act.receiving:
             for m in act.msgs.get(name, []):
                 sess.outbox.put(m)
 
@@ -275,15 +287,15 @@ class Coordinator:
         sess = self._session(context, req.version, req.session)
         name = sess.name
         with self._cond:
-            act = self._active
-            if act is None or act.spec.job_id != req.job_id:
-                raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {req.job_id!r} (no such job is on offer)")
+            act = self._actives.get(req.job_id)
+            if act is None:
+                raise Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {req.job_id!r} (no such job is on offer)")
             if name not in act.parties:
-                raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"{name!r} takes no part in job {req.job_id}")
+                raise Abort(grpc.StatusCode.PERMISSION_DENIED, f"{name!r} takes no part in job {req.job_id}")
             if req.round != -1 or req.task_id:
-                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "a job response carries round -1 and no task id")
-            if sess.offered != req.job_id or sess.responded:
-                raise _Abort(grpc.StatusCode.ALREADY_EXISTS, f"{name!r} already answered the offer of {req.job_id}")
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "a job response carries round -1 and no task id")
+            if sess.offers.get(req.job_id, True):
+                raise Abort(grpc.StatusCode.ALREADY_EXISTS, f"{name!r} already answered the offer of {req.job_id}")
         if req.accept:
             # The global budget records the plan as the coordinator computes it from the public spec; a
             # party reporting another event is refused and the job fails (finding 12). A malformed event
@@ -291,29 +303,29 @@ class Coordinator:
             try:
                 reported = accounting.flatten([accounting.event_from_json(req.event_json)])
             except (ValueError, TypeError, KeyError) as exc:
-                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed privacy event: {exc}") from None
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed privacy event: {exc}") from None
             try:  # computed while the parties decided (it may take seconds, e.g. k-means)
                 expected = act.plan.result()
             except Exception as exc:  # noqa: BLE001 - the parameters are bad: the job fails with the reason
                 with self._cond:
-                    self._fail_active(f"bad job: {type(exc).__name__}: {exc}")
-                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, "the job's parameters are invalid") from None
+                    self._fail(act, f"bad job: {type(exc).__name__}: {exc}")
+                raise Abort(grpc.StatusCode.FAILED_PRECONDITION, "the job's parameters are invalid") from None
             if reported != accounting.flatten([expected]):
                 why = "its reported privacy event differs from the job's plan (recomputed by the coordinator)"
                 with self._cond:
-                    if not sess.responded:
-                        sess.responded = True
+                    if not sess.offers.get(req.job_id, True):
+                        sess.offers[req.job_id] = True
                         act.mismatch[name] = f"party {name!r} accepted job {req.job_id} but {why}; not recorded"
                         if name in act.responses:  # mid-job: fail now
-                            self._fail_active(act.mismatch[name])
+                            self._fail(act, act.mismatch[name])
                         else:  # the offer phase ends (the others' charges are recorded), then the job fails
                             act.responses[name] = req
                         self._changed()
-                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, why)
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT, why)
         with self._cond:
-            if sess.responded:
-                raise _Abort(grpc.StatusCode.ALREADY_EXISTS, f"{name!r} already answered the offer of {req.job_id}")
-            sess.responded = True
+            if sess.offers.get(req.job_id, True):
+                raise Abort(grpc.StatusCode.ALREADY_EXISTS, f"{name!r} already answered the offer of {req.job_id}")
+            sess.offers[req.job_id] = True
             rejoin = name in act.responses
         if req.accept:
             self.store.record_release(name, req.job_id, accounting.event_to_json(act.plan.result()))
@@ -322,9 +334,11 @@ class Coordinator:
                 act.responses[name] = req
             if req.accept:
                 act.ready.add(name)
+                if sess.shard >= 0:
+                    self.pool.submit(sess.shard, ("ready", req.job_id, name, True))
                 self._resend(act, name)  # back after a disconnect: the current round's task again
             elif rejoin:
-                self._fail_active(f"party {name!r} refused to resume job {req.job_id}: "
+                self._fail(act, f"party {name!r} refused to resume job {req.job_id}: "
                                   f"{req.reason or 'no reason given'}")
             self._changed()
         return pb.JobResponseAck(version=PROTOCOL_VERSION)
@@ -332,48 +346,25 @@ class Coordinator:
     def submit_result(self, parts: Iterator[pb.ResultPart], context: grpc.ServicerContext) -> pb.ResultAck:
         first = next(parts, None)
         if first is None:
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "empty result stream")
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "empty result stream")
         sess = self._session(context, first.version, first.session)
-        name, key = sess.name, (first.job_id, first.round, first.task_id)
+        name = sess.name
+        if sess.shard >= 0:
+            raise Abort(grpc.StatusCode.FAILED_PRECONDITION,
+                         f"send results to your ingress shard {self.pool.addresses[sess.shard]}")
         with self._cond:
-            act = self._active
-            if act is None or act.spec.job_id != first.job_id:
-                raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {first.job_id!r}")
-            if name not in act.parties:
-                raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"{name!r} takes no part in job {first.job_id}")
-            if name not in act.ready:
-                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, f"{name!r} has not accepted job {first.job_id}")
-            if first.round != act.round or act.complete:
-                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
-                             f"result for round {first.round} but round {act.round} is "
-                             f"{'complete' if act.complete else 'current'} (replayed or out-of-order result rejected)")
-            if first.task_id != act.task_id:
-                raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown task id {first.task_id!r} for round {act.round}")
-            if name in act.answers or name in act.receiving:
-                raise _Abort(grpc.StatusCode.ALREADY_EXISTS,
-                             f"{name!r} already sent its result for round {act.round} (duplicate rejected)")
+            act = self._actives.get(first.job_id)
+            if act is None:
+                raise Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {first.job_id!r}")
+            admit_result(first, name, parties=act.parties, ready=act.ready, round_=act.round, closed=act.complete,
+                         task_id=act.task_id, arrived=name in act.answers or name in act.receiving)
             act.receiving.add(name)
         try:
-            asm = ArrayAssembler()
-            part, error = first, ""
-            while True:
-                if (part.version, part.session, part.job_id, part.round, part.task_id) != (
-                        first.version, first.session, *key):
-                    raise ProtocolError("result parts disagree on version, session, job, round or task id")
-                error = error or part.error
-                asm.add_all(part.chunks)
-                if part.last:
-                    break
-                part = next(parts, None)
-                if part is None:
-                    raise ProtocolError("result stream ended before its last part")
-            if next(parts, None) is not None:
-                raise ProtocolError("parts after the last one")
-            arrays = asm.finish()
+            arrays, error = read_result(first, parts)
         except ProtocolError as exc:
             with self._cond:
                 act.receiving.discard(name)
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed result: {exc}") from None
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed result: {exc}") from None
         except BaseException:
             with self._cond:
                 act.receiving.discard(name)
@@ -382,13 +373,13 @@ class Coordinator:
             raise
         with self._cond:
             act.receiving.discard(name)
-            if self._active is not act or act.round != first.round or act.task_id != first.task_id or act.complete:
-                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION, "the task was closed while the result arrived")
+            if self._actives.get(act.spec.job_id) is not act or act.round != first.round or act.task_id != first.task_id or act.complete:
+                raise Abort(grpc.StatusCode.FAILED_PRECONDITION, "the task was closed while the result arrived")
             if error and act.tolerant:
                 act.errors.add(name)
                 log.info("job %s round %d: %s dropped out (%s)", act.spec.job_id, act.round, name, error)
             elif error:
-                self._fail_active(f"party {name!r} refused task {act.round} of job {act.spec.job_id}: {error}")
+                self._fail(act, f"party {name!r} refused task {act.round} of job {act.spec.job_id}: {error}")
             else:
                 act.answers[name] = arrays
             self._last_seen[name] = time.time()
@@ -397,9 +388,7 @@ class Coordinator:
 
     # ------------------------------------------------------------------ admin service
     def _check_admin(self, context: grpc.ServicerContext, version: int) -> None:
-        if version != PROTOCOL_VERSION:
-            raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
-                         f"protocol version {version} not supported (this coordinator speaks {PROTOCOL_VERSION})")
+        check_version(version)
         self._identify(context, "operator")
 
     def status(self) -> dict[str, Any]:
@@ -415,7 +404,14 @@ class Coordinator:
             last = now if name in connected else seen.get(name, facts.get("registered"))
             parties.append({"name": name, "connected": name in connected, "last_seen": last,
                             **budget.get(name, {"epsilon_spent": 0.0})})
-        return {"parties": parties, "jobs": jobs, "now": now}
+        out = {"parties": parties, "jobs": jobs, "now": now, "max_concurrent_jobs": self.config.max_concurrent_jobs}
+        if self.pool is not None:
+            with self._cond:
+                per = [sorted(s.name for s in self._sessions.values() if s.shard == i and s.streaming)
+                       for i in range(len(self.pool.addresses))]
+            out["shards"] = [{"index": i, "address": a, "node": n, "parties": per[i]}
+                             for i, (a, n) in enumerate(zip(self.pool.addresses, self.pool.nodes, strict=True))]
+        return out
 
     def submit_job(self, req: pb.SubmitJobRequest) -> str:
         try:
@@ -423,34 +419,34 @@ class Coordinator:
             if not isinstance(params, dict):
                 raise ValueError("params must be a JSON object")
         except ValueError as exc:
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed params: {exc}") from None
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed params: {exc}") from None
         try:
             algo = load_algorithm(req.algorithm, self.config.plugins)
         except (ValueError, ImportError, KeyError) as exc:
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         params.setdefault("delta", algo.default_delta)
         job_id = req.job_id or f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         from dpfed.federation.certs import valid_name
 
         if not valid_name(job_id):
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "job id must be 1-64 letters, digits, '.', '_', '-'")
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "job id must be 1-64 letters, digits, '.', '_', '-'")
         schema = None
         if req.schema_json:
             try:
                 schema = Schema.from_json(req.schema_json).to_dict()
             except (ValueError, TypeError) as exc:
-                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed schema: {exc}") from None
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed schema: {exc}") from None
         try:  # validate epsilon/delta now, with a placeholder schema if none was given
             JobSpec(job_id, req.algorithm, params, Schema.from_dict(schema) if schema else Schema(()))
         except ValueError as exc:
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         try:  # the algorithm's declared ranges and caps (dpfed.algorithms.params), as the parties check them
             validate(algo, params, Schema.from_dict(schema) if schema else None)
         except ValueError as exc:
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         with self._cond:
             if job_id in self.jobs:
-                raise _Abort(grpc.StatusCode.ALREADY_EXISTS, f"job {job_id!r} exists already (to continue it after "
+                raise Abort(grpc.StatusCode.ALREADY_EXISTS, f"job {job_id!r} exists already (to continue it after "
                              f"a failure: dpfed job resume {job_id})")
             rec = JobRecord(job_id, req.algorithm, params, schema, list(req.parties))
             self.jobs[job_id] = rec
@@ -464,7 +460,7 @@ class Coordinator:
         with self._cond:
             rec = self.jobs.get(job_id)
             if rec is None:
-                raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
+                raise Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
             if rec.state == "queued":
                 rec.state, rec.reason, rec.finished = "cancelled", "cancelled by the operator before it started", time.time()
                 rec.resumable = True
@@ -472,8 +468,7 @@ class Coordinator:
                 self._changed()
             elif not rec.terminal:
                 self._cancel.add(job_id)
-                if self._active is not None and self._active.spec.job_id == job_id:
-                    self._fail_active("cancelled by the operator")
+                self._fail(self._actives.get(job_id), "cancelled by the operator")
                 self._changed()
             return rec
 
@@ -483,9 +478,9 @@ class Coordinator:
         with self._cond:
             rec = self.jobs.get(job_id)
             if rec is None:
-                raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
+                raise Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
             if rec.state not in RESUMABLE_STATES:
-                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
+                raise Abort(grpc.StatusCode.FAILED_PRECONDITION,
                              f"job {job_id} is {rec.state}; only failed, cancelled or refused jobs can be resumed")
             rec.state, rec.reason, rec.finished, rec.resumable = "queued", "", None, False
             rec.resumes += 1
@@ -505,7 +500,7 @@ class Coordinator:
             with self._cond:
                 rec = self.jobs.get(job_id)
                 if rec is None:
-                    raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
+                    raise Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
                 beat = time.monotonic() + self.config.heartbeat_seconds
                 while self._version == seen and time.monotonic() < beat:
                     if context is not None and not context.is_active():
@@ -541,17 +536,22 @@ class Coordinator:
             if job_id is None:
                 return
             rec = self.jobs[job_id]
-            if rec.terminal:  # cancelled while queued
-                continue
+            with self._cond:
+                if rec.terminal or job_id in self._running:  # cancelled while queued, or queued twice
+                    continue
+                self._running.add(job_id)
             try:
                 self._run_job(rec)
             except Exception as exc:  # the coordinator keeps serving whatever a job does
                 log.exception("job %s failed", job_id)
                 self._finish(rec, "failed", f"{type(exc).__name__}: {exc}")
+            finally:
+                with self._cond:
+                    self._running.discard(job_id)
 
     def _finish(self, rec: JobRecord, state: str, reason: str = "") -> None:
         with self._cond:
-            act, self._active = self._active, None
+            act = self._actives.pop(rec.job_id, None)
             if self._stopping and state in ("failed", "cancelled") and rec.job_id not in self._cancel:
                 # interrupted by the shutdown: keeps its state on disk and resumes on restart
                 rec.reason = f"interrupted: {reason}"
@@ -564,6 +564,9 @@ class Coordinator:
                 rec.reason = f"{reason} (continue it with: dpfed job resume {rec.job_id})"
             self._cancel.discard(rec.job_id)
             self.store.save_job(rec)
+            if self.pool is not None:
+                for i in range(len(self.pool.addresses)):
+                    self.pool.submit(i, ("end", rec.job_id))
             parties = act.parties if act is not None else []
             for name in parties:
                 sess = self._sessions.get(name)
@@ -582,7 +585,7 @@ class Coordinator:
             while not act.failure and not done():
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    self._fail_active(f"timed out after {timeout:g} s waiting for {what} from "
+                    self._fail(act, f"timed out after {timeout:g} s waiting for {what} from "
                                       f"{', '.join(waiting())}")
                     break
                 self._cond.wait(timeout=left)
@@ -633,7 +636,7 @@ class Coordinator:
         # the plan every party must charge, from the public parameters; computed while the parties decide
         act = _Active(spec, parties, self._planner.submit(lambda: algo.party().job_event(spec)), offer)
         with self._cond:
-            self._active = act
+            self._actives[spec.job_id] = act
             rec.parties, rec.state, rec.refusals = parties, "offering", {}
             rec.started = rec.started or time.time()
             self.store.save_job(rec)
@@ -677,6 +680,9 @@ class Coordinator:
         def send(tasks: Mapping[str, Task]) -> dict[str, dict[str, np.ndarray]]:
             """One SecAgg step: a task per party; whoever refuses or is late has dropped out."""
             self._broadcast(act, next(iter(tasks.values())), tasks)
+            if self.pool is not None:
+                parts = self._collect(act, tasks, tolerant=True)
+                return {agg.parties[0]: dict(agg.arrays) for agg in parts}
             deadline = time.monotonic() + cfg.task_timeout
             with self._cond:
                 while not act.failure and not set(tasks) <= set(act.answers) | act.errors:
@@ -699,6 +705,8 @@ class Coordinator:
             if secure is not None:
                 return secure(task)
             self._broadcast(act, task)
+            if self.pool is not None:  # one partial aggregate per shard (merged there)
+                return self._collect(act, parties, tolerant=False)
             self._wait(act, lambda: len(act.answers) == len(parties), cfg.task_timeout,
                        f"results of round {task.round}", lambda: [p for p in parties if p not in act.answers])
             with self._cond:
@@ -725,6 +733,50 @@ class Coordinator:
         rec.summary = jsonable({**coord.summary(), **(secure.summary() if secure is not None else {})})
         rec.progress = 1.0
         self._finish(rec, "done")
+
+    def _collect(self, act: _Active, parties, tolerant: bool) -> list[Aggregate]:
+        """Coordinator on Ray: the current round's parts from every shard holding one of ``parties``.
+        Non-tolerant (a plain round): a refusal fails the job, so does a party silent for
+        ``answer_timeout``. Tolerant (a SecAgg step): refusals and late parties are dropouts."""
+        cfg, job = self.config, act.spec.job_id
+        with self._cond:
+            calls = {i: (job, act.round, act.task_id) for i in sorted({self.pool.assign(p) for p in parties})}
+        deadline = time.monotonic() + cfg.task_timeout
+        parts: list[Aggregate] = []
+        while calls:
+            with self._cond:
+                if act.failure:
+                    raise _JobFailed(act.failure)
+            left = deadline - time.monotonic()
+            final = left <= 0
+            results = self.pool.collect(calls, wait=min(1.0, max(left, 0.0)), final=final and tolerant)
+            missing: list[str] = []
+            for i, r in results.items():
+                if r["errors"] and not tolerant:
+                    who, err = sorted(r["errors"].items())[0]
+                    with self._cond:
+                        self._fail(act, f"party {who!r} refused task {act.round} of job {job}: {err}")
+                        raise _JobFailed(act.failure)
+                if r["stale"]:  # the shard moved on: this round cannot complete any more
+                    with self._cond:
+                        self._fail(act, f"ingress shard {i} no longer holds round {act.round} of job {job}")
+                        raise _JobFailed(act.failure)
+                if r["complete"] or (final and tolerant):
+                    parts.extend(r["parts"])
+                    for who, err in r["errors"].items():
+                        log.info("job %s round %d: %s dropped out (%s)", job, act.round, who, err)
+                    del calls[i]
+                else:
+                    missing.extend(r["missing"])
+            if calls and final:
+                with self._cond:
+                    self._fail(act, f"timed out after {cfg.task_timeout:g} s waiting for results of round "
+                                    f"{act.round} from {', '.join(sorted(missing)) or 'a shard'}")
+                    raise _JobFailed(act.failure)
+        with self._cond:
+            act.complete = True
+            self._changed()
+        return parts
 
     def _record_offer(self, rec: JobRecord, act: _Active) -> None:
         with self._cond:
@@ -762,6 +814,9 @@ class Coordinator:
                 raise _JobFailed(act.failure)
             act.round, act.task_id, act.answers, act.errors = int(task.round), task_id, {}, set()
             act.msgs, act.complete = out, False
+            if self.pool is not None:
+                self._broadcast_to_shards(act, task, out, per_party is not None)
+                return
             for p, msgs in out.items():
                 sess = self._sessions.get(p)
                 if sess is None or p not in act.ready:
@@ -770,26 +825,52 @@ class Coordinator:
                 for m in msgs:
                     sess.outbox.put(m)
 
+    def _broadcast_to_shards(self, act: _Active, task: Task, out: Mapping[str, list], per_party: bool) -> None:
+        """Call with self._cond held: tell each shard which of its parties answer this round, then put
+        the task on the streams of those that accepted (one operation per shard and message list)."""
+        job = act.spec.job_id
+        by_shard: dict[int, list[str]] = {}
+        for p in out:
+            by_shard.setdefault(self.pool.assign(p), []).append(p)
+        header = Task(task.job_id, task.round, task.kind, task.params, {} if per_party else task.arrays)
+        for i, names in sorted(by_shard.items()):
+            self.pool.submit(i, ("expect", job, act.round, act.task_id, header, act.spec.algorithm, names,
+                                 per_party, act.tolerant))
+            groups: dict[int, tuple[list[str], list]] = {}
+            for p in names:
+                sess = self._sessions.get(p)
+                if sess is None or p not in act.ready:
+                    log.warning("party %s is away; round %d of job %s waits for it", p, task.round, job)
+                    continue
+                groups.setdefault(id(out[p]), ([], out[p]))[0].append(sess.token)
+            for tokens, msgs in groups.values():
+                self.pool.submit(i, ("send", tokens, msgs))
+
     def model_of(self, job_id: str) -> tuple[JobRecord, dict[str, np.ndarray]]:
         with self._cond:
             rec = self.jobs.get(job_id)
         if rec is None:
-            raise _Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
+            raise Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
         model = self.store.load_model(job_id)
         if model is None:
-            raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
+            raise Abort(grpc.StatusCode.FAILED_PRECONDITION,
                          f"job {job_id} has no model (state {rec.state}{': ' + rec.reason if rec.reason else ''})")
         return rec, model
 
     def stop(self) -> None:
         with self._cond:
             self._stopping = True
-            self._fail_active("the coordinator is shutting down")
+            for act in self._actives.values():
+                self._fail(act, "the coordinator is shutting down")
             for sess in list(self._sessions.values()):
                 self._close_session(sess, "the coordinator is shutting down")
-        self._queue.put(None)
-        self._runner.join(timeout=10)
+        for _ in self._runners:
+            self._queue.put(None)
+        for t in self._runners:
+            t.join(timeout=10)
         self._planner.shutdown(wait=False, cancel_futures=True)
+        if self.pool is not None:
+            self.pool.stop()
         self.store.close()
 
 
@@ -798,44 +879,23 @@ class _JobFailed(Exception):
 
 
 # ---------------------------------------------------------------------- gRPC glue
-def _guard(fn):
-    """Turn _Abort into a gRPC status (unary handlers)."""
-    def wrapper(self, request, context):
-        try:
-            return fn(self, request, context)
-        except _Abort as exc:
-            context.abort(exc.code, exc.message)
-    wrapper.__name__ = fn.__name__
-    return wrapper
-
-
-def _guard_stream(fn):
-    def wrapper(self, request, context):
-        try:
-            yield from fn(self, request, context)
-        except _Abort as exc:
-            context.abort(exc.code, exc.message)
-    wrapper.__name__ = fn.__name__
-    return wrapper
-
-
 class _PartyService(pbg.PartyServicer):
     def __init__(self, coord: Coordinator) -> None:
         self.c = coord
 
-    @_guard
+    @guard
     def Register(self, request, context):
         return self.c.register(request, context)
 
-    @_guard_stream
+    @guard_stream
     def TaskStream(self, request, context):
         yield from self.c.task_stream(request, context)
 
-    @_guard
+    @guard
     def RespondJob(self, request, context):
         return self.c.respond_job(request, context)
 
-    @_guard
+    @guard
     def SubmitResult(self, request_iterator, context):
         return self.c.submit_result(request_iterator, context)
 
@@ -844,35 +904,35 @@ class _AdminService(pbg.AdminServicer):
     def __init__(self, coord: Coordinator) -> None:
         self.c = coord
 
-    @_guard
+    @guard
     def Status(self, request, context):
         self.c._check_admin(context, request.version)
         return pb.StatusReply(version=PROTOCOL_VERSION, status_json=json.dumps(self.c.status(), allow_nan=True))
 
-    @_guard
+    @guard
     def SubmitJob(self, request, context):
         self.c._check_admin(context, request.version)
         return pb.SubmitJobReply(version=PROTOCOL_VERSION, job_id=self.c.submit_job(request))
 
-    @_guard_stream
+    @guard_stream
     def WatchJob(self, request, context):
         self.c._check_admin(context, request.version)
         for snap in self.c.watch(request.job_id, context):
             yield pb.JobState(version=PROTOCOL_VERSION, job_json=json.dumps(snap, allow_nan=True))
 
-    @_guard
+    @guard
     def CancelJob(self, request, context):
         self.c._check_admin(context, request.version)
         rec = self.c.cancel_job(request.job_id)
         return pb.JobState(version=PROTOCOL_VERSION, job_json=json.dumps(rec.to_dict(), allow_nan=True))
 
-    @_guard
+    @guard
     def ResumeJob(self, request, context):
         self.c._check_admin(context, request.version)
         rec = self.c.resume_job(request.job_id)
         return pb.JobState(version=PROTOCOL_VERSION, job_json=json.dumps(rec.to_dict(), allow_nan=True))
 
-    @_guard_stream
+    @guard_stream
     def GetModel(self, request, context):
         self.c._check_admin(context, request.version)
         rec, model = self.c.model_of(request.job_id)

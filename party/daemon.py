@@ -67,6 +67,7 @@ class PartyDaemon:
         self._jobs: dict[str, PartySession] = {}
         self._stop = threading.Event()
         self._channel: grpc.Channel | None = None
+        self._shard_channel: grpc.Channel | None = None
         self._call = None
         self.connected = threading.Event()
 
@@ -77,11 +78,18 @@ class PartyDaemon:
         return cls(config, X, y)
 
     # ------------------------------------------------------------------ connection
-    def _open_channel(self) -> grpc.Channel:
-        opts = channel_options(self.config.max_message_bytes)
+    def _open_channel(self, address: str | None = None) -> grpc.Channel:
+        """A channel to the coordinator, or to ``address``: its ingress shard on a Ray cluster, which holds
+        the coordinator's certificate (checked under the coordinator's host name: the shard's own
+        address need not be in the certificate; chain and role are checked by ``check_coordinator``)."""
+        opts: list = channel_options(self.config.max_message_bytes)
         if self.config.insecure:
-            return grpc.insecure_channel(self.config.coordinator, options=opts)
-        return grpc.secure_channel(self.config.coordinator, channel_credentials(self.config.tls), options=opts)
+            return grpc.insecure_channel(address or self.config.coordinator, options=opts)
+        if address is not None:
+            host = self.config.coordinator.split("://", 1)[-1].rpartition(":")[0].strip("[]")
+            opts = [*opts, ("grpc.ssl_target_name_override", host)]
+        return grpc.secure_channel(address or self.config.coordinator, channel_credentials(self.config.tls),
+                                   options=opts)
 
     def stop(self) -> None:
         self._stop.set()
@@ -115,9 +123,10 @@ class PartyDaemon:
                             code.name if code else exc, self.config.reconnect_seconds)
             finally:
                 self.connected.clear()
-                if self._channel is not None:
-                    self._channel.close()
-                    self._channel = None
+                for ch in (self._channel, self._shard_channel):
+                    if ch is not None:
+                        ch.close()
+                self._channel = self._shard_channel = None
             self._stop.wait(self.config.reconnect_seconds)
 
     def _serve_once(self) -> None:
@@ -136,9 +145,16 @@ class PartyDaemon:
                 raise _Refused(exc) from None
             raise
         session = reg.session
-        self._call = call = stub.TaskStream(pb.StreamRequest(version=PROTOCOL_VERSION, session=session))
+        data = stub  # TaskStream and SubmitResult: at the coordinator, or at the ingress shard it names
+        if reg.shard:
+            if not cfg.insecure:
+                check_coordinator(reg.shard, cfg.tls)
+            self._shard_channel = self._open_channel(reg.shard)
+            data = pbg.PartyStub(self._shard_channel)
+        self._call = call = data.TaskStream(pb.StreamRequest(version=PROTOCOL_VERSION, session=session))
         self.connected.set()
-        log.info("party %s connected to %s", cfg.name, cfg.coordinator)
+        log.info("party %s connected to %s%s", cfg.name, cfg.coordinator,
+                 f" (ingress shard {reg.shard})" if reg.shard else "")
         parts: dict[str, tuple[pb.CoordinatorMessage, ArrayAssembler]] = {}
         for msg in call:
             if self._stop.is_set():
@@ -150,15 +166,15 @@ class PartyDaemon:
             if which == "heartbeat":
                 continue
             try:
-                self._dispatch(stub, session, msg, which, parts)
+                self._dispatch(stub, data, session, msg, which, parts)
             except grpc.RpcError as exc:
                 if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED):
                     raise  # reconnect (and register again)
                 # the coordinator rejected one reply (e.g. the job failed meanwhile): the stream goes on
                 log.warning("coordinator rejected a reply: %s %s", exc.code().name, exc.details())
 
-    def _dispatch(self, stub: pbg.PartyStub, session: str, msg: pb.CoordinatorMessage, which: str,
-                  parts: dict) -> None:
+    def _dispatch(self, stub: pbg.PartyStub, data: pbg.PartyStub, session: str, msg: pb.CoordinatorMessage,
+                  which: str, parts: dict) -> None:
         if which == "offer":
             self._on_offer(stub, session, msg)
         elif which == "job_end":
@@ -178,7 +194,7 @@ class PartyDaemon:
                 error = f"malformed task: {exc}"
             if msg.last or error:
                 del parts[msg.task_id]
-                self._on_task(stub, session, head[0], head[1], error)
+                self._on_task(data, session, head[0], head[1], error)
 
     # ------------------------------------------------------------------ decisions (all in the session)
     def _on_offer(self, stub: pbg.PartyStub, session: str, msg: pb.CoordinatorMessage) -> None:

@@ -129,7 +129,7 @@ def test_coordinator_restart_keeps_the_global_budget_and_models(pki, tmp_path):
 
 
 def test_cancel_a_running_job(pki, tmp_path):
-    server = start_coordinator(pki, tmp_path / "state")
+    server = start_coordinator(pki, tmp_path / "state", max_concurrent_jobs=1)  # the second job waits queued
     parties = [ThreadParty(party_config(pki, tmp_path, f"party-{i}", server.port)) for i in range(2)]
     try:
         assert server.coordinator.wait_for_parties(["party-0", "party-1"], 20)
