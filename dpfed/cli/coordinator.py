@@ -68,6 +68,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--config", required=True, help="coordinator.toml (see coordinator/config.py)")
     serve.add_argument("--insecure", action="store_true", help="override the config: plain text, no TLS")
     serve.add_argument("--log-level", default="INFO")
+    serve.add_argument("--ray-address", default=None, metavar="ADDR",
+                       help="run the parties' data path on this Ray cluster (HOST:PORT of its head, 'auto', or 'local' "
+                            "for a one-machine cluster): ingress shards as Ray actors merge each round's answers; "
+                            "overrides ray_address in the config")
+    serve.add_argument("--shards", type=int, default=None, help="ingress shards on the Ray cluster (config: shards)")
+    serve.add_argument("--max-concurrent-jobs", type=int, default=None,
+                       help="jobs that run at once (config: max_concurrent_jobs, default 4)")
     serve.set_defaults(func=_cmd_serve)
 
     st = sub.add_parser("status", help="parties, jobs and per-party privacy budget of a coordinator")
@@ -160,14 +167,21 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         cfg = CoordinatorConfig.load(args.config)
         if args.insecure:
             cfg = replace(cfg, insecure=True)
+        over = {k: v for k, v in (("ray_address", args.ray_address), ("shards", args.shards),
+                                  ("max_concurrent_jobs", args.max_concurrent_jobs)) if v is not None}
+        if over:
+            cfg = replace(cfg, **over)
         running = serve(cfg)
-    except (ConfigError, FileNotFoundError, OSError) as exc:
+    except (ConfigError, FileNotFoundError, OSError, ConnectionError) as exc:
         print(f"dpfed coordinator: error: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda s, f: stop.set())
-    print(f"dpfed coordinator listening on port {running.port} (state in {cfg.state_dir})", flush=True)
+    shards = running.coordinator.pool
+    print(f"dpfed coordinator listening on port {running.port} (state in {cfg.state_dir})"
+          + (f"; {len(shards.addresses)} ingress shard(s) on Ray: {', '.join(shards.addresses)}" if shards else ""),
+          flush=True)
     stop.wait()
     running.stop()
     return 0

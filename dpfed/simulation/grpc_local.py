@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -83,7 +83,8 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
                         workdir: str | os.PathLike | None = None, timeout: float = 3600,
                         party_names: Sequence[str] | None = None, plugins: Sequence[str] = (),
                         epsilon_limit: float | None = None, delta_limit: float | None = None,
-                        start_timeout: float = 120.0, dropout: float = 0.0) -> SimulationResult:
+                        start_timeout: float = 120.0, dropout: float = 0.0,
+                        coordinator: Mapping[str, Any] | None = None) -> SimulationResult:
     """Run ``spec`` over party processes holding ``party_data``; return model, spends and timing.
 
     ``seed`` makes each party's noise reproducible (``SecureRNG.from_seed(f"{seed}:{job}:{party}")``,
@@ -92,6 +93,8 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
     configs, ledgers and logs (a temporary directory, removed afterwards, by default). A secure-
     aggregation job runs with each party's certificate signing its SecAgg keys; ``dropout`` is each
     party's probability of missing a secure round (set in its config, simulated by its session).
+    ``coordinator``: further :class:`CoordinatorConfig` settings, e.g. ``{"ray_address": "auto",
+    "shards": 2}`` to run the coordinator's data path through ingress shards on a Ray cluster.
     """
     t0 = time.perf_counter()
     names = list(party_names) if party_names is not None else [f"party-{i}" for i in range(len(party_data))]
@@ -118,7 +121,7 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
             return None if insecure else TlsFiles(cert_dir / "ca.crt", cert_dir / f"{n}.crt", cert_dir / f"{n}.key")
 
         cfg = CoordinatorConfig(listen="127.0.0.1:0", state_dir=root / "coordinator", tls=files("coordinator"),
-                                insecure=insecure, plugins=tuple(plugins))
+                                insecure=insecure, plugins=tuple(plugins), **dict(coordinator or {}))
         server = serve(cfg)
         address = f"127.0.0.1:{server.port}"
         env = dict(os.environ)
