@@ -21,12 +21,26 @@ DEPLOY = ROOT / "deploy"
 
 
 @pytest.mark.parametrize("path", ["compose/compose.yaml", "k8s/coordinator.yaml", "k8s/party.yaml",
-                                  "kuberay/raycluster.yaml", "kuberay/rayjob.yaml"])
+                                  "kuberay/raycluster.yaml", "kuberay/rayjob.yaml",
+                                  "kuberay/coordinator-on-ray.yaml"])
 def test_manifests_parse(path):
     docs = [d for d in yaml.safe_load_all((DEPLOY / path).read_text()) if d]
     assert docs
     for d in docs:
         assert "services" in d or ("kind" in d and "metadata" in d)
+
+
+def test_kuberay_coordinator_config_loads_in_ray_mode(tmp_path):
+    from coordinator.config import CoordinatorConfig
+
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "kuberay/coordinator-on-ray.yaml").read_text()) if d]
+    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    toml = tmp_path / "coordinator.toml"
+    toml.write_text(cm["data"]["coordinator.toml"])
+    cfg = CoordinatorConfig.load(toml)
+    assert cfg.ray_address and cfg.shards == 4 and cfg.shard_port == 50100 and cfg.max_concurrent_jobs == 8
+    head = next(d for d in docs if d["kind"] == "RayCluster")["spec"]["headGroupSpec"]["template"]["spec"]
+    assert any("coordinator serve" in " ".join(c.get("args", [])) for c in head["containers"])
 
 
 def test_k8s_configmaps_hold_valid_configs(tmp_path):
