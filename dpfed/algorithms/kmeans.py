@@ -50,7 +50,7 @@ from dpfed.data.schema import Schema
 
 __all__ = [
     "kmeans_plusplus", "lloyd", "kmeans", "block_kmeans", "inertia", "public_anchors", "canonical_order", "align_blocks",
-    "KMeansPlan", "make_plan", "plan_event", "fit_private", "merge_centers", "DPKMeans", "ALGORITHMS",
+    "KMeansPlan", "make_plan", "plan_event", "fit_private", "block_answers", "merge_centers", "DPKMeans", "ALGORITHMS",
     "numeric_part",
 ]
 
@@ -407,15 +407,10 @@ def fit_private(X: np.ndarray, lower: np.ndarray, upper: np.ndarray, plan: KMean
             raise ValueError(f"too few records for sample-and-aggregate with k={k}: {m} blocks need at least "
                              f"{m * k} records")
         blocks = assign_blocks(len(X), m, np_rng, allow_empty=not strict)
-        full = np.array([len(b) >= k for b in blocks], dtype=bool)
-        if strict and not full.all():
-            raise ValueError(f"{int((~full).sum())} of {m} blocks hold fewer than k={k} records; use fewer blocks "
-                             "or smaller k")
-        anchors = public_anchors(k, lower, upper, anchor_seed)
-        Z = np.broadcast_to(anchors, (m, k, len(lower))).copy()
-        if full.any():
-            Z[full] = block_kmeans(X, [b for b, f in zip(blocks, full) if f], k, np_rng)
-        A = align_blocks(Z.reshape(m, k, -1), anchors)
+        short = sum(len(b) < k for b in blocks)
+        if strict and short:
+            raise ValueError(f"{short} of {m} blocks hold fewer than k={k} records; use fewer blocks or smaller k")
+        A = block_answers(X, blocks, k, lower, upper, np_rng, anchor_seed)
         lo_v, hi_v = np.tile(lower, k), np.tile(upper, k)
         if plan.aggregator == "coa":
             rel = center_of_attention_release(A, epsilon=plan.agg_epsilon, delta=plan.agg_delta,
@@ -434,6 +429,20 @@ def fit_private(X: np.ndarray, lower: np.ndarray, upper: np.ndarray, plan: KMean
     lab = np.argmin(_sqdist(X, C), axis=1)
     sizes = _dl(np.bincount(lab, minlength=k), plan.sizes_noise, rng, events)
     return C, sizes
+
+
+def block_answers(X: np.ndarray, blocks: Sequence[np.ndarray], k: int, lower: np.ndarray, upper: np.ndarray,
+                  np_rng: np.random.Generator, anchor_seed: int = 0) -> np.ndarray:
+    """The m aligned block answers (m, k*d) of sample-and-aggregate: k-means on every block of >= k
+    records, the k public anchors for a smaller block (a function of that block alone, so one record
+    still changes one answer), each put into the canonical order of the anchors."""
+    m = len(blocks)
+    full = np.array([len(b) >= k for b in blocks], dtype=bool)
+    anchors = public_anchors(k, lower, upper, anchor_seed)
+    Z = np.broadcast_to(anchors, (m, k, len(lower))).copy()
+    if full.any():
+        Z[full] = block_kmeans(X, [b for b, f in zip(blocks, full) if f], k, np_rng)
+    return align_blocks(Z.reshape(m, k, -1), anchors)
 
 
 def merge_centers(centers: Sequence[np.ndarray], sizes: Sequence[np.ndarray], k: int, seed: int = 0

@@ -221,7 +221,7 @@ def plan_release(spec: JobSpec) -> NBPlan:
 
 
 #: Union-bounded probability that the noise of all P shares wraps some entry mod 2^B.
-WRAP_PROBABILITY = 1e-9
+WRAP_PROBABILITY = sn.WRAP_PROBABILITY
 
 
 def secure_release(spec: JobSpec) -> tuple[NBPlan, sn.SecurePlan]:
@@ -257,10 +257,7 @@ def _secure(schema_json: str, eps: float, delta: float, honest: int, parties: in
     while accounting.epsilon(event, delta, accountant="rdp") > eps:  # the ledger's own RDP conversion decides
         sigma *= 1.0 + 1e-6
         event = dn.DistributedDiscreteGaussianDpEvent(float(sigma), int(honest), l2, l1, dim)
-    tail = sigma * math.sqrt(2.0 * parties * math.log(2.0 * dim / WRAP_PROBABILITY))
-    bits = max(int(floor_bits), math.ceil(math.log2(records * float(weights.max()) + tail + 1.0)) + 1)
-    if bits > 62:
-        raise ValueError(f"{records} records need more than 62 bits")
+    bits = sn.integer_bits(floor_bits, records * float(weights.max()), sigma, parties, dim)
     noise = dn.DistributedNoisePlan(dimension=dim, clip=l2, gamma=1.0, bits=bits, sigma_share=float(sigma),
                                     honest_parties=honest, parties=parties, vectors=records)
     plan = NBPlan("ddgauss", weights, int(l1), l2, float(sigma), float(sigma) ** 2, event)

@@ -37,7 +37,8 @@ from dpfed.core import accounting
 from dpfed.core import distributed_noise as dn
 
 __all__ = ["SecureParams", "SecurePlan", "secure_params", "is_secure", "rotation_seed",
-           "calibrate_release", "batch_bound", "SECURE_KINDS", "SECURE_PARAMS"]
+           "calibrate_release", "batch_bound", "integer_bits", "integer_noise_plan", "SECURE_KINDS", "SECURE_PARAMS",
+           "WRAP_PROBABILITY"]
 
 #: The job parameters of secure aggregation (declared in each algorithm's parameter table).
 SECURE_PARAMS = (
@@ -221,3 +222,29 @@ def batch_bound(records: int, q: float) -> int:
     """Rows in one Poisson(q) round's sum, for the headroom: mean + 6 standard deviations."""
     m = q * records
     return max(1, int(math.ceil(m + 6.0 * math.sqrt(m) + 1)))
+
+
+#: Union-bounded probability that the noise of all P shares wraps some entry of an integer release mod 2^B.
+WRAP_PROBABILITY = 1e-9
+
+
+def integer_bits(floor_bits: int, entry_max: float, sigma_share: float, parties: int, dimension: int) -> int:
+    """The fewest bits >= ``floor_bits`` for an integer release whose noiseless sum has every entry in
+    [-entry_max, entry_max] (a public bound) and whose P noise shares stay within
+    sigma_share sqrt(2 P ln(2 L / WRAP_PROBABILITY)) on all L entries (sub-Gaussian tail, union bound).
+    A wrong bound costs accuracy through wrap-around, never privacy (post-processing)."""
+    tail = sigma_share * math.sqrt(2.0 * parties * math.log(2.0 * dimension / WRAP_PROBABILITY))
+    bits = max(int(floor_bits), math.ceil(math.log2(float(entry_max) + tail + 1.0)) + 1)
+    if bits > 62:
+        raise ValueError(f"an integer release with entries up to {entry_max:.3g} needs more than 62 bits")
+    return bits
+
+
+def integer_noise_plan(sp: SecureParams, *, sigma_share: float, l2: float, dimension: int, bits: int
+                       ) -> dn.DistributedNoisePlan:
+    """The :class:`~dpfed.core.distributed_noise.DistributedNoisePlan` of an integer release (no rotation,
+    gamma 1: its ``clip`` is the exact L2 sensitivity; the charged event is the algorithm's own
+    ``DistributedDiscreteGaussianDpEvent``, not ``plan.event()``, which adds rounding slack)."""
+    return dn.DistributedNoisePlan(dimension=int(dimension), clip=float(l2), gamma=1.0, bits=int(bits),
+                                   sigma_share=float(sigma_share), honest_parties=sp.honest, parties=sp.parties,
+                                   vectors=sp.records)
