@@ -22,7 +22,11 @@ calibrated so that the PLD composition of all releases is exactly the job's (eps
 
 Across parties each party runs this on its own records (one task; parallel composition) and the
 coordinator merges the P*k released centers, weighted by their noisy sizes, by weighted
-k-means++ and Lloyd (post-processing).
+k-means++ and Lloyd (post-processing). That is ``noise = "local"``, private against the coordinator
+on its own. ``noise = "distributed"`` runs only under secure aggregation and is the central algorithm
+over every party's records, round by round, each release an integer vector plus one discrete
+Gaussian share per party (:mod:`dpfed.algorithms.kmeans_secure`: DP Lloyd sums and counts, the
+sample-and-aggregate clamped mean; the center of attention is refused there, and why).
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ import functools
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 from dp_accounting import dp_event
@@ -39,9 +43,11 @@ from scipy.optimize import linear_sum_assignment
 
 from dpfed.core import accounting
 from dpfed.algorithms.estimator import EstimatorParams
+from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import (Aggregate, Algorithm, CoordinatorAlgorithm, JobSpec, PartyAlgorithm,
-                                       Released, Task, TaskRejected, stack_combine)
-from dpfed.algorithms.params import EPSILON, MEMORY_CAP_BYTES, Param, ParamTable, arg_type, delta_param
+                                       Released, Task, TaskRejected, stack_combine, sum_combine)
+from dpfed.algorithms.params import (EPSILON, MEMORY_CAP_BYTES, Param, ParamTable, arg_type, delta_param,
+                                     noise_param)
 from dpfed.core.clipping import clamp, sum_sensitivity
 from dpfed.core.mechanisms import discrete_laplace, gaussian
 from dpfed.core.rng import SecureRNG
@@ -545,20 +551,56 @@ def _spec_plan(spec: JobSpec) -> tuple[KMeansPlan, dict[str, Any]]:
     return make_plan(o["method"], o["k"], o["aggregator"], steps, spec.epsilon, spec.delta), o
 
 
+def _distributed(spec: JobSpec) -> bool:
+    return spec.params.get("noise", "local") == "distributed"
+
+
 class KMeansParty(PartyAlgorithm):
-    """One task ("fit", round 0): private centers and noisy sizes from this party's records."""
+    """Local noise: one task ("fit", round 0), private centers and noisy sizes from this party's records.
+    Distributed noise under secure aggregation: the rounds of :mod:`dpfed.algorithms.kmeans_secure`."""
 
     def job_event(self, spec: JobSpec) -> dp_event.DpEvent:
+        if _distributed(spec):
+            from dpfed.algorithms import kmeans_secure
+
+            return kmeans_secure.job_event(spec)
         return plan_event(_spec_plan(spec)[0])
 
-    def task_event(self, spec: JobSpec, task: Task) -> dp_event.DpEvent:
+    def task_event(self, spec: JobSpec, task: Task) -> dp_event.DpEvent | None:
+        if _distributed(spec):
+            return None  # its rounds are answered by the secure session only (never by answer)
         return plan_event(_spec_plan(spec)[0])  # the job is this one round
 
     def check_task(self, spec: JobSpec, task: Task) -> None:
+        if _distributed(spec):
+            from dpfed.algorithms import kmeans_secure
+
+            return kmeans_secure.check_task(spec, task)
         if task.job_id != spec.job_id or task.kind != "fit" or task.round != 0:
             raise TaskRejected("kmeans answers exactly one task: round 0, kind 'fit'")
 
+    def needs_secure_aggregation(self, spec: JobSpec) -> bool:
+        """Distributed noise: each answer carries one share of the noise."""
+        return _distributed(spec)
+
+    def secure_plan(self, spec: JobSpec, task: Task) -> sn.SecurePlan | None:
+        if not sn.is_secure(spec.params):
+            return None
+        from dpfed.algorithms import kmeans_secure
+
+        return kmeans_secure.secure_plan(spec, task)
+
+    def secure_rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
+                    rng: SecureRNG) -> Iterator[np.ndarray]:
+        from dpfed.algorithms import kmeans_secure
+
+        if self.secure_plan(spec, task) is None:
+            raise TaskRejected("not a secure kmeans task")
+        return kmeans_secure.secure_rows(spec, task, X, rng)
+
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
+        if _distributed(spec):
+            raise TaskRejected("a distributed-noise kmeans job answers only through secure aggregation")
         plan, o = _spec_plan(spec)
         Xn, lower, upper = numeric_part(X, spec.schema)
         events: list[dp_event.DpEvent] = []
@@ -617,6 +659,20 @@ class KMeansCoordinator(CoordinatorAlgorithm):
                 "dp_lloyd_steps": p.steps}
 
 
+def _coordinator(spec: JobSpec, parties: Sequence[str]) -> CoordinatorAlgorithm:
+    """The local-noise merge, or the secure rounds of a distributed-noise job."""
+    if sn.is_secure(spec.params):
+        from dpfed.algorithms.kmeans_secure import SecureKMeansCoordinator
+
+        return SecureKMeansCoordinator(spec, parties)
+    return KMeansCoordinator(spec, parties)
+
+
+def combine(task: Task, parts: Sequence[Aggregate]) -> Aggregate:
+    """Local noise ("fit"): the parties' centers stacked; a secure round: its decoded sum as it is."""
+    return stack_combine(task, parts) if task.kind == "fit" else sum_combine(task, parts)
+
+
 _NONPRIVATE_CACHE: dict[tuple[str, int], float] = {}
 
 
@@ -671,6 +727,8 @@ PARAMS = ParamTable((
           help="kmeans sample-aggregate: records per block (0: blocks_per_cluster * k)"),
     Param("anchor_seed", int, DEFAULTS["anchor_seed"], lo=0, hi=2**32 - 1,
           help="seed of the public anchor points that order each block's centers"),
+    noise_param(),
+    *sn.SECURE_PARAMS,
 ), check=lambda p, schema: _check_params(p, schema))
 
 
@@ -681,7 +739,14 @@ MIN_RELEASE_EPSILON = 1e-5
 def _check_params(p: dict[str, Any], schema: Schema | None) -> None:
     steps = p["lloyd_iters"] if p["method"] == "lloyd" else p["refine_steps"]
     key = "lloyd_iters" if p["method"] == "lloyd" else "refine_steps"
-    if steps and _STEP_COUNT_SHARE * p["epsilon"] / steps < MIN_RELEASE_EPSILON:
+    if p["noise"] == "distributed":
+        from dpfed.algorithms.kmeans_secure import COA_REFUSAL, NOT_SECURE_REFUSAL
+
+        if not sn.is_secure(p):
+            raise TaskRejected(NOT_SECURE_REFUSAL)
+        if p["method"] == "sample-aggregate" and p["aggregator"] == "coa":
+            raise TaskRejected(COA_REFUSAL)
+    elif steps and _STEP_COUNT_SHARE * p["epsilon"] / steps < MIN_RELEASE_EPSILON:
         most = int(_STEP_COUNT_SHARE * p["epsilon"] / MIN_RELEASE_EPSILON)
         raise TaskRejected(f"kmeans parameter {key!r} must be at most {most} at epsilon {p['epsilon']:g} (each step's "
                            f"counts get epsilon {_STEP_COUNT_SHARE:g} * epsilon / {key} >= {MIN_RELEASE_EPSILON:g})")
@@ -705,15 +770,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag, key in (("--refine-steps", "refine_steps"), ("--lloyd-iters", "lloyd_iters"),
                       ("--blocks-per-cluster", "per_cluster"), ("--max-blocks", "max_blocks")):
         p.add_argument(flag, type=arg_type(PARAMS, key), default=DEFAULTS[key], dest=key, help=PARAMS.get(key).help)
+    p.add_argument("--noise", choices=PARAMS.get("noise").choices, default="local", help=PARAMS.get("noise").help)
 
 
 def params_from_args(a: argparse.Namespace) -> dict[str, Any]:
     return {"method": a.method, "k": a.k, "aggregator": a.aggregator, "refine_steps": a.refine_steps,
-            "lloyd_iters": a.lloyd_iters, "per_cluster": a.per_cluster, "max_blocks": a.max_blocks}
+            "lloyd_iters": a.lloyd_iters, "per_cluster": a.per_cluster, "max_blocks": a.max_blocks,
+            "noise": getattr(a, "noise", "local")}
 
 
 ALGORITHMS = {
-    "kmeans": Algorithm(name="kmeans", party=KMeansParty, coordinator=KMeansCoordinator, evaluate=evaluate,
+    "kmeans": Algorithm(name="kmeans", party=KMeansParty, coordinator=_coordinator, evaluate=evaluate,
                         add_arguments=add_arguments, params_from_args=params_from_args,
-                        default_delta=1e-6, needs_labels=False, combine=stack_combine),
+                        default_delta=1e-6, needs_labels=False, combine=combine),
 }
