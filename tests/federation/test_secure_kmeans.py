@@ -30,6 +30,7 @@ from dpfed.data.schema import Schema
 from dpfed.federation import secure_wire as sw
 from dpfed.federation.secure_gather import SecureGather
 from dpfed.simulation.inprocess import make_parties, open_sessions, secure_send, secure_spec
+from share_recorder import ShareRecorder
 
 warnings.filterwarnings("ignore", message="SecureRNG seeded explicitly")
 
@@ -60,35 +61,20 @@ def _run_jobs(dropout: float, jobs: int, tag: str, send_filter=None) -> list[dic
     data = _data()
     names = [f"p{i}" for i in range(P)]
     algo = get_algorithm("kmeans")
-    mp = pytest.MonkeyPatch()
-    clean: dict[tuple[int, str], np.ndarray] = {}
-    encoded: dict[tuple[int, str], np.ndarray] = {}
-    who: list[tuple[int, str]] = []
-    real = dn.add_noise_mod
-
-    def add_noise_mod(values, sigma, bits, rng):
-        out = real(values, sigma, bits, rng)
-        clean[who[-1]], encoded[who[-1]] = np.asarray(values).copy(), out.copy()
-        return out
-
-    mp.setattr(dn, "add_noise_mod", add_noise_mod)
     out = []
-    try:
+    with ShareRecorder() as rec:
         for j in range(jobs):
             method, steps = CONFIGS[j % len(CONFIGS)]
             spec = secure_spec(JobSpec(f"km-secure-{tag}-{j}", "kmeans", _params(method, steps), SCHEMA), names,
                                sum(len(x) for x, _ in data))
             parties = make_parties(spec, data, seed=11 + j, party_names=names, dropout=dropout)
             sessions = open_sessions(spec, parties)
-            send = secure_send(sessions)
             sent: list[Task] = []
+            recording = rec.send(secure_send(sessions))
 
-            def recording_send(tasks, send=send, sent=sent):
-                res = {}
-                for n, t in tasks.items():
-                    who.append((t.round, n))
-                    sent.append(t)
-                    res.update(send({n: t}))
+            def recording_send(tasks, recording=recording, sent=sent):
+                sent.extend(tasks.values())
+                res = recording(tasks)
                 return res if send_filter is None else send_filter(tasks, res)
 
             coord = algo.coordinator(spec, names)
@@ -101,13 +87,10 @@ def _run_jobs(dropout: float, jobs: int, tag: str, send_filter=None) -> list[dic
                 return agg
 
             drive(coord, g, algo.combine)
+            clean, encoded = rec.take()
             out.append({"spec": spec, "parties": parties, "sessions": sessions, "rounds": rounds, "sent": sent,
-                        "clean": dict(clean), "encoded": dict(encoded), "coord": coord, "gather": gather,
+                        "clean": clean, "encoded": encoded, "coord": coord, "gather": gather,
                         "kinds": KINDS[(method, steps)]})
-            clean.clear()
-            encoded.clear()
-    finally:
-        mp.undo()
     return out
 
 

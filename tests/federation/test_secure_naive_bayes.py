@@ -20,10 +20,10 @@ from dpfed.algorithms.contract import JobSpec, TaskRejected
 from dpfed.algorithms.driver import drive
 from dpfed.algorithms.naive_bayes import Layout, evaluate, secure_release, sufficient_statistics
 from dpfed.algorithms.params import validate
-from dpfed.core import distributed_noise as dn
 from dpfed.data.datasets import split_parties
 from dpfed.federation.secure_gather import SecureGather
 from dpfed.simulation.inprocess import make_parties, open_sessions, secure_send, secure_spec
+from share_recorder import ShareRecorder
 
 ALPHA = 1e-6
 P, PMIN, C = 10, 6, 1
@@ -42,33 +42,14 @@ def runs(adult):
     data = split_parties(adult.X_train, adult.y_train, P, "iid", np.random.default_rng(0))
     names = [f"p{i}" for i in range(P)]
     algo = get_algorithm("naive-bayes")
-    mp = pytest.MonkeyPatch()
-    clean: dict[str, np.ndarray] = {}
-    encoded: dict[str, np.ndarray] = {}
-    real = dn.add_noise_mod
-    who: list[str] = []
-
-    def add_noise_mod(values, sigma, bits, rng):
-        out = real(values, sigma, bits, rng)
-        clean[who[-1]], encoded[who[-1]] = np.asarray(values).copy(), out.copy()
-        return out
-
-    mp.setattr(dn, "add_noise_mod", add_noise_mod)
     out = []
-    try:
+    with ShareRecorder() as rec:
         for j in range(JOBS):
             spec = secure_spec(JobSpec(f"nb-secure-{j}", "naive-bayes", _params(), adult.schema), names,
                                sum(len(x) for x, _ in data))
             parties = make_parties(spec, data, seed=7, party_names=names, dropout=0.3)
             sessions = open_sessions(spec, parties)
-            send = secure_send(sessions)
-
-            def recording_send(tasks, send=send):
-                res = {}
-                for n, t in tasks.items():
-                    who.append(n)
-                    res.update(send({n: t}))
-                return res
+            recording_send = rec.send(secure_send(sessions))
 
             coord = algo.coordinator(spec, names)
             gather = SecureGather(spec, algo.party(), recording_send)
@@ -83,12 +64,10 @@ def runs(adult):
                 drive(coord, g, algo.combine)
             except ValueError as exc:  # a dropout in the unmask step left too few shares: the job fails
                 assert "aborted" in str(exc) and not seen[0].parties
+                rec.take()
                 continue
-            out.append((spec, parties, dict(clean), dict(encoded), seen[0], coord))
-            clean.clear()
-            encoded.clear()
-    finally:
-        mp.undo()
+            clean, encoded = ({name: v for (_, name), v in d.items()} for d in rec.take())  # one round
+            out.append((spec, parties, clean, encoded, seen[0], coord))
     return out
 
 
