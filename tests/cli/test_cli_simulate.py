@@ -57,6 +57,20 @@ def test_kmeans_blobs_json_has_inertia_keys(capsys):
     assert res["inertia"] >= res["inertia_nonprivate"] * 0.99
 
 
+def test_kmeans_distributed_noise_under_secure_aggregation_with_dropout(capsys):
+    """Five parties in process, 30 % dropout, P_min 3: the secure job finishes, reports its secure-aggregation
+    keys, some rounds lost parties, and the centers are close to scikit-learn's (seeded: deterministic)."""
+    code, out, _ = _run(capsys, "--algorithm", "kmeans", "--dataset", "blobs:n=20000,d=4,k=5,seed=0", "--k", "5",
+                        "--parties", "5", "--epsilon", "1", "--noise", "distributed", "--dropout", "0.3",
+                        "--min-survivors", "3", "--seed", "2", "--transport", "inproc", "--json")
+    res = json.loads(out)
+    assert code == 0 and BASE_KEYS | {"secure_aggregation", "bits", "survivors_min", "dropped_rounds"} <= set(res)
+    assert res["secure_aggregation"] is True and res["bits"] == 16 and res["survivors_min"] == 3
+    assert res["dropped_rounds"] >= 1 and res["noise_placement"] == "distributed (secure aggregation)"
+    assert 0.99 <= res["epsilon_spent"] <= 1 + 1e-9
+    assert res["inertia"] / res["inertia_nonprivate"] < 1.1
+
+
 def test_table_output_and_clear_errors(capsys):
     code, out, _ = _run(capsys, "--algorithm", "naive-bayes", "--dataset", "mushroom", "--parties", "2",
                         "--epsilon", "1", "--seed", "0", "--transport", "inproc")

@@ -36,7 +36,7 @@ warnings.filterwarnings("ignore", message="SecureRNG seeded explicitly")
 
 ALPHA = 1e-6
 P, PMIN, C = 6, 4, 1
-K, D = 3, 3
+K, D = 3, 5
 SCHEMA = Schema.numeric_box(D, -15.0, 15.0)
 #: (method, refine_steps / lloyd_iters) cycled over the jobs: every kind of round appears
 CONFIGS = [("sample-aggregate", 2), ("sample-aggregate", 0), ("lloyd", 3)]
@@ -55,7 +55,7 @@ def _data():
     return [(X[i::P], None) for i in range(P)]
 
 
-def _run_jobs(dropout: float, jobs: int, tag: str, send_filter=None) -> list[dict]:
+def _run_jobs(dropout: float, jobs: int, tag: str, send_filter=None, epsilon: float = 1.0) -> list[dict]:
     """``jobs`` secure k-means jobs; per job the spec, sessions, and per round the task, the decoded
     aggregate, and every party's noiseless vector and encoded input (recorded at the noise step)."""
     data = _data()
@@ -65,7 +65,8 @@ def _run_jobs(dropout: float, jobs: int, tag: str, send_filter=None) -> list[dic
     with ShareRecorder() as rec:
         for j in range(jobs):
             method, steps = CONFIGS[j % len(CONFIGS)]
-            spec = secure_spec(JobSpec(f"km-secure-{tag}-{j}", "kmeans", _params(method, steps), SCHEMA), names,
+            params = _params(method, steps, epsilon=epsilon)
+            spec = secure_spec(JobSpec(f"km-secure-{tag}-{j}", "kmeans", params, SCHEMA), names,
                                sum(len(x) for x, _ in data))
             parties = make_parties(spec, data, seed=11 + j, party_names=names, dropout=dropout)
             sessions = open_sessions(spec, parties)
@@ -189,6 +190,44 @@ def test_noise_of_decoded_sums_matches_the_plan(runs0, runs30):
             n += noise.size
     assert n >= 400  # power: a variance ratio of 0.5 is rejected with probability > 1 - 1e-6
     assert chi2.ppf(ALPHA / 2, n) < z2 < chi2.isf(ALPHA / 2, n), z2 / n
+
+
+def test_coordinator_centers_are_the_noisy_means_of_the_plain_sums():
+    """The centers the coordinator broadcasts after an aggregate or a step lie where the survivors'
+    plain sums put them, up to 6 standard deviations of the planned noise of every sum entry involved
+    (aggregate: mid + half (sums / S_a) / (m |S|); step: mid + half (sums / S) / (counts / S_c) for
+    clusters holding >= 6 count-noise deviations + 1 records): a decoding with the wrong scale, or the
+    wrong divisor, fails. Epsilon 50 so that the noise is small against the box. False-alarm rate < 1e-6
+    (2e-9 per entry, union bound over < 500 entries)."""
+    lo, hi = SCHEMA.lower, SCHEMA.upper
+    mid, half = (lo + hi) / 2, (hi - lo) / 2
+    checked = 0
+    for run in _run_jobs(0.0, 3, "e50", epsilon=50.0) + _run_jobs(0.3, 3, "e50d", epsilon=50.0):
+        plan = ks.secure_kmeans_plan(run["spec"])
+        tasks = {t.round: t for t, _ in run["rounds"]}
+        for task, agg in run["rounds"]:
+            nxt = tasks.get(task.round + 1)
+            if not agg.parties or task.kind not in ("aggregate", "step") or nxt is None:
+                continue
+            rel = plan.release(task.kind)
+            tol = 6 * math.sqrt(len(agg.parties)) * rel.noise.sigma_share  # per entry, integer units
+            plain = sum(run["clean"][(task.round, n)] for n in agg.parties).astype(np.float64)
+            got = np.asarray(nxt.arrays["centers"])
+            if task.kind == "aggregate":
+                div = rel.scale * int(task.params["blocks"]) * len(agg.parties)
+                s = plain.reshape(K, D)
+                lo_c, hi_c = mid + half * (s - tol) / div, mid + half * (s + tol) / div
+                ok = np.ones(K, bool)
+            else:
+                s, c = plain[:K * D].reshape(K, D), plain[K * D:]
+                ok = c - tol > rel.count_scale
+                corners = np.stack([(s + a * tol) / (c[:, None] + b * tol) for a in (-1, 1) for b in (-1, 1)])
+                lo_c = mid + half * corners.min(0) * rel.count_scale / rel.scale
+                hi_c = mid + half * corners.max(0) * rel.count_scale / rel.scale
+            lo_c, hi_c = np.clip(lo_c, lo, hi), np.clip(hi_c, lo, hi)
+            assert np.all((got[ok] >= lo_c[ok] - 1e-9) & (got[ok] <= hi_c[ok] + 1e-9)), (task.kind, got, lo_c, hi_c)
+            checked += int(ok.sum())
+    assert checked >= 20
 
 
 def _kls21_rdp(orders: np.ndarray, sigma: float, n: int, l2: float, l1: float, d: int) -> np.ndarray:
