@@ -19,7 +19,9 @@ ICML 2021, Thm. 1 / Prop. 14). The rounds, fixed by the public parameters (:func
   summand moves between two points of [-S_a, S_a]^{kd}:  Delta_2 = 2 S_a sqrt(kd), Delta_1 = 2 S_a kd.
   The coordinator's mean of the survivors' blocks is mid + half (a / S_a) / (m |S|) (GUPT's clamped
   mean, Mohan et al. 2012, over every block of every survivor). m comes from the decoded count
-  (m = clamp(floor(N / (|S_0| block size)), 3, max_blocks)), a post-processing of the count release.
+  (m = clamp(floor(N / (|S_0| block size)), 3, max_blocks)), a post-processing of the count release, or
+  from the public bound ``records`` / P if the count round was aborted; a party accepts any m in
+  [3, max_blocks] (the sensitivity does not depend on it).
 * ``step`` (DP Lloyd; ``refine_steps`` after the aggregate, or ``lloyd_iters`` for method ``lloyd``;
   task array ``centers`` C in R^{k x d}): per record x with z(x) = clamp((x - mid) / half, -1, 1) in
   [-1, 1]^d and its cluster c(x) = argmin_j ||x - C_j||_2, the concatenated vector of per-cluster
@@ -206,10 +208,12 @@ def _calibrated(method: str, k: int, d: int, steps: int, eps: float, delta: floa
             break
         for kind in over:
             if kind not in ("step", "aggregate"):
-                raise ValueError(f"epsilon {eps:g} is too small for a distributed {kind} release")
+                raise ValueError(f"epsilon {eps:g} is too small for a distributed {kind} release (its noise share "
+                                 "would leave the exact sampler's range)")
             scale[kind] = int(scale[kind] * MAX_SIGMA_SHARE / sg[kind])
             if scale[kind] < MIN_GRID:
-                raise ValueError(f"epsilon {eps:g} is too small for a distributed integer {kind} release")
+                raise ValueError(f"epsilon {eps:g} is too small for a distributed integer {kind} release (the RDP "
+                                 "bound needs noise beyond the exact sampler's range even on a coarse grid)")
     else:  # pragma: no cover - the scales shrink geometrically, so a few passes always settle
         raise ValueError("no integer grid keeps the noise shares within the sampler's range")
     releases = []
