@@ -112,7 +112,7 @@ class IngressShard:
             if settings.crl_pem:
                 (d / "crl.pem").write_bytes(settings.crl_pem)
             self._tls = TlsFiles(d / "ca.crt", d / "shard.crt", d / "shard.key")
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=256, thread_name_prefix="dpfed-shard"),
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2048, thread_name_prefix="dpfed-shard"),
                                    options=server_options(settings.max_message_bytes, settings.min_ping_interval))
         pbg.add_PartyServicer_to_server(_ShardService(self), self._server)
         listen = f"{settings.host}:{settings.port}"

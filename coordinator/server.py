@@ -957,7 +957,12 @@ class RunningServer:
         self.server.stop(grace).wait()
 
 
-def serve(config: CoordinatorConfig, *, max_workers: int = 64) -> RunningServer:
+#: gRPC handler threads: every connected party's task stream holds one for as long as it is open, so
+#: this bounds the parties one coordinator process (or one ingress shard) serves, plus operators' calls.
+MAX_HANDLER_THREADS = 2048
+
+
+def serve(config: CoordinatorConfig, *, max_workers: int = MAX_HANDLER_THREADS) -> RunningServer:
     """Start the coordinator on ``config.listen`` (port 0 picks a free port); return at once."""
     if config.insecure:
         warn_insecure(log)

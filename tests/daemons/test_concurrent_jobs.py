@@ -16,7 +16,9 @@ import numpy as np
 
 from dpfed.cli.coordinator import format_status
 from dpfed.core.ledger import BudgetLedger
-from net_helpers import ThreadParty, admin, make_pki, party_config, party_data, start_coordinator
+from net_helpers import ThreadParty, admin, make_pki, party_config, party_data, raw_stub, register, start_coordinator
+from protos import dpfed_pb2 as pb
+from protos.codec import PROTOCOL_VERSION
 
 ROUNDS, WIDTH = 60, 3
 
@@ -87,3 +89,28 @@ def test_with_one_job_at_a_time_they_run_in_turn(tmp_path):
     recs, _, seen, _ = _run_two_jobs(tmp_path, max_jobs=1)
     assert {r["state"] for r in recs.values()} == {"done"}
     assert not any(len(s) > 1 for s in seen)
+
+
+def test_more_open_task_streams_than_64_still_leave_room_for_calls(tmp_path):
+    """Every open task stream holds a gRPC handler thread: 80 parties streaming at once must not starve
+    registration or the operator's status call (the pool used to have 64 threads)."""
+    pki = make_pki(tmp_path / "pki", parties=80)
+    server = start_coordinator(pki, tmp_path / "state")
+    channels, streams = [], []
+    try:
+        for i in range(80):
+            ch, stub = raw_stub(pki, server.port, f"party-{i}")
+            token = register(stub, f"party-{i}")
+            channels.append(ch)
+            streams.append(stub.TaskStream(pb.StreamRequest(version=PROTOCOL_VERSION, session=token)))
+        with admin(pki, server.port) as client:
+            deadline = time.monotonic() + 60
+            while sum(p["connected"] for p in client.status()["parties"]) < 80:
+                assert time.monotonic() < deadline, "80 streams did not all connect"
+                time.sleep(0.2)
+    finally:
+        for s in streams:
+            s.cancel()
+        for ch in channels:
+            ch.close()
+        server.stop()
