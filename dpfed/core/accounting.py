@@ -310,14 +310,35 @@ def dominated(got: DpEvent, planned: DpEvent) -> bool:
     return False
 
 
+def _same_event(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` are the same event: the same classes all the way down and equal field values
+    (numbers compared as numbers, a bool only with a bool). False when unsure."""
+    if isinstance(a, DpEvent) or isinstance(b, DpEvent):
+        if type(a) is not type(b) or not attr.has(type(a)):
+            return False
+        return all(_same_event(getattr(a, f.name), getattr(b, f.name)) for f in attr.fields(type(a)))
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b)
+                and all(_same_event(x, y) for x, y in zip(a, b, strict=True)))
+    ka, kb = _PLAIN_KINDS.get(type(a)), _PLAIN_KINDS.get(type(b))
+    return ka is not None and ka == kb and bool(a == b)
+
+
+_PLAIN_KINDS = {bool: "bool", int: "number", float: "number", str: "str", type(None): "none"}
+
+
 def within(events: Sequence[DpEvent], planned: DpEvent) -> list[DpEvent]:
     """The releases among ``events`` that the plan does not cover (empty: all within ``planned``).
 
     Both sides are flattened into multisets of atomic releases; every reported release must be
     matched to its own planned release that :func:`dominated` says covers it (exact matches first,
     then a covering one). Sound: a match found is a valid injection of releases into the plan.
+    A single release equal to the plan (field by field, same classes) is within it without flattening.
     """
-    got, plan = flatten(list(events)), flatten([planned])
+    events = list(events)
+    if len(events) == 1 and _same_event(events[0], planned):
+        return []
+    got, plan = flatten(events), flatten([planned])
     left: list[DpEvent] = []
     for key, n in sorted(got.items()):
         take = min(n, plan.get(key, 0))

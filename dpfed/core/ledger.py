@@ -294,19 +294,22 @@ class BudgetLedger:
             c = self._db()
             c.execute("BEGIN IMMEDIATE")
             try:
-                if c.execute("SELECT 1 FROM charges WHERE job = ? LIMIT 1", (job,)).fetchone() is None:
+                # charges are append-only: a job this handle has seen charged stays charged (no query)
+                if not self._job_charges.get(job) and \
+                        c.execute("SELECT 1 FROM charges WHERE job = ? LIMIT 1", (job,)).fetchone() is None:
                     raise AnswerConflictError(f"job {job!r} has no charge at this party: nothing may be answered")
-                row = c.execute("SELECT round, task_digest, answer_digest, data FROM latest_answers WHERE job = ?",
-                                (job,)).fetchone()
+                row = c.execute("SELECT round, task_digest FROM latest_answers WHERE job = ?", (job,)).fetchone()
                 if row is not None:
-                    last = StoredAnswer(int(row[0]), str(row[1]), str(row[2]), bytes(row[3]))
-                    if round < last.round:
-                        raise AnswerConflictError(f"round {round} is older than the last answered round {last.round}")
-                    if round == last.round:
-                        if task_digest != last.task_digest:
+                    last_round = int(row[0])
+                    if round < last_round:
+                        raise AnswerConflictError(f"round {round} is older than the last answered round {last_round}")
+                    if round == last_round:
+                        if task_digest != str(row[1]):
                             raise AnswerConflictError(f"round {round} was already answered for a different task")
+                        row = c.execute("SELECT round, task_digest, answer_digest, data FROM latest_answers"
+                                        " WHERE job = ?", (job,)).fetchone()  # the repeat: its stored bytes
                         c.execute("COMMIT")
-                        return last
+                        return StoredAnswer(int(row[0]), str(row[1]), str(row[2]), bytes(row[3]))
                 c.execute("INSERT INTO answers (job, round, task_digest, answer_digest, created_at)"
                           " VALUES (?, ?, ?, ?, ?)", (job, round, task_digest, answer_digest, time.time()))
                 c.execute("INSERT OR REPLACE INTO latest_answers (job, round, task_digest, answer_digest, data)"

@@ -32,7 +32,7 @@ import json
 import logging
 import struct
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 from dp_accounting import DpEvent
@@ -49,7 +49,7 @@ from dpfed.federation.plugins import load_algorithm
 from dpfed.federation.secure_session import SecAggParty, SecureParty, secure_refusal
 
 __all__ = ["PartyContext", "Decision", "PartySession", "TaskError", "decide", "task_digest", "spec_digest",
-           "pack_answer", "unpack_answer"]
+           "pack_answer", "unpack_answer", "read_only_task", "answer_hosted"]
 
 log = logging.getLogger("dpfed.party")
 
@@ -110,6 +110,27 @@ def task_digest(task: Task) -> str:
         h.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode())
         h.update(a.tobytes())
     return h.hexdigest()
+
+
+def read_only_task(task: Task) -> Task:
+    """``task`` with read-only views of its arrays: what a process hosting several parties hands each of
+    them, so that the digest it computed once is the digest of what every one of them reads."""
+    views = {}
+    for name, a in task.arrays.items():
+        v = np.asarray(a).view()
+        v.flags.writeable = False
+        views[name] = v
+    return Task(task.job_id, task.round, task.kind, task.params, views)
+
+
+def answer_hosted(sessions: Sequence["PartySession"], task: Task) -> Iterator[Answer]:
+    """Each of ``sessions`` (parties hosted by one process: the in-process runner, a Ray worker) answers
+    ``task`` in turn. The task digest, a function of the task alone, is computed once for all of them
+    from a read-only view of the task, not once per party; everything else is each party's own."""
+    task = read_only_task(task)
+    digest = task_digest(task)
+    for s in sessions:
+        yield s.answer(task, digest=digest)
 
 
 def spec_digest(spec: JobSpec) -> str:
@@ -220,14 +241,19 @@ class PartySession:
         last = self.party.ledger.last_answer(self.spec.job_id, with_data=False)
         return -1 if last is None else last.round
 
-    def answer(self, task: Task) -> Answer:
-        """The answer to ``task``, or :class:`TaskError` with a public reason."""
+    def answer(self, task: Task, *, digest: str | None = None) -> Answer:
+        """The answer to ``task``, or :class:`TaskError` with a public reason.
+
+        ``digest`` is :func:`task_digest` of this very (read-only) task object, computed by the process
+        hosting the party (:func:`answer_hosted`), never a value received with the task.
+        """
         job = self.spec.job_id
         if task.job_id != job:
             raise TaskError(f"task rejected: it belongs to job {task.job_id!r}, not {job!r}")
         if not isinstance(task.round, (int, np.integer)) or isinstance(task.round, bool) or task.round < 0:
             raise TaskError("task rejected: the round must be an integer >= 0")
-        digest = task_digest(task)
+        if digest is None:
+            digest = task_digest(task)
         if self.secure is not None:  # answered once per (round, step) there; masked inputs durably here
             try:
                 return self.secure.answer(task, digest, self.party.X, self.party.y)

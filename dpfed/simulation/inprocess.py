@@ -25,7 +25,7 @@ from dpfed.algorithms.secure_noise import is_secure
 from dpfed.federation.plugins import load_algorithm
 from dpfed.federation.secure_gather import SecureGather
 from dpfed.federation.secure_session import SecAggParty
-from dpfed.federation.session import PartyContext, PartySession, TaskError, decide
+from dpfed.federation.session import PartyContext, PartySession, TaskError, answer_hosted, decide
 
 __all__ = ["SimulationResult", "run_inprocess", "PURE_DP_DELTA", "JobRefused", "make_parties", "secure_spec",
            "simulation_credentials", "secure_send"]
@@ -159,7 +159,7 @@ def run_inprocess(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarr
     def gather(task: Task) -> list[Aggregate]:
         if secure is not None:
             return secure(task)
-        return [Aggregate(s.answer(task), (s.party.name,)) for s in sessions]
+        return [Aggregate(a, (s.party.name,)) for s, a in zip(sessions, answer_hosted(sessions, task), strict=True)]
 
     rounds = drive(coord, gather, algo.combine,
                    on_round=None if progress is None else (lambda task, c: progress(c.progress)))

@@ -50,7 +50,7 @@ from dpfed.federation.secure_gather import SecureGather
 from dpfed.core.errors import DpfedError
 from dpfed.core.ledger import BudgetExceededError
 from dpfed.federation.plugins import load_algorithm
-from dpfed.federation.session import decide
+from dpfed.federation.session import answer_hosted, decide
 from dpfed.simulation.inprocess import (JobRefused, SimulationResult, default_ledger, make_parties, secure_send,
                                         secure_spec, simulation_credentials)
 
@@ -145,8 +145,9 @@ class PartyWorker:
     def answer(self, task: Task) -> Aggregate:
         """Every hosted party answers ``task`` through its session; the answers are merged CHUNK at a time."""
         acc: Aggregate | None = None
+        answers = answer_hosted(self.sessions, task)  # lazily, one party after the other
         for i in range(0, len(self.sessions), CHUNK):
-            parts = [Aggregate(s.answer(task), (s.party.name,)) for s in self.sessions[i:i + CHUNK]]
+            parts = [Aggregate(next(answers), (s.party.name,)) for s in self.sessions[i:i + CHUNK]]
             acc = self.combine(task, parts if acc is None else [acc, *parts])
         assert acc is not None
         return acc

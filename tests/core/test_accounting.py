@@ -275,3 +275,17 @@ def test_epsilon_delta_event_is_the_claimed_pair():
     assert eps2 <= A.sequential_basic([(0.7, 4e-7)] * 2)[0] + 1e-3
     with pytest.raises(A.AccountingError):
         A.epsilon(ev, 1e-6, accountant="rdp")
+
+
+def test_within_fast_path_is_exact_equality_only():
+    """A single release equal to the plan is within it without flattening; anything else takes the
+    matching path (a release one noise step weaker, or of another class, is outside)."""
+    plan = E.PoissonSampledDpEvent(0.01, E.GaussianDpEvent(0.675))
+    assert A.within([E.PoissonSampledDpEvent(0.01, E.GaussianDpEvent(0.675))], plan) == []
+    assert A.within([E.GaussianDpEvent(2)], E.GaussianDpEvent(2.0)) == []  # 2 and 2.0: the same multiplier
+    weaker = E.PoissonSampledDpEvent(0.01, E.GaussianDpEvent(0.674))
+    assert A.within([weaker], plan) == [weaker]
+    other = E.PoissonSampledDpEvent(0.01, E.LaplaceDpEvent(0.675))
+    assert A.within([other], plan) == [other]
+    assert not A._same_event(E.GaussianDpEvent(True), E.GaussianDpEvent(1.0))
+    assert not A._same_event(E.GaussianDpEvent(math.nan), E.GaussianDpEvent(math.nan))

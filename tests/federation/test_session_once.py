@@ -154,3 +154,25 @@ def test_the_ledger_binds_a_job_id_to_one_parameters_digest(tmp_path):
             led.record_answer("j", 1, "t1", "a1", b"y")
         assert led.last_answer("j") == (2, "t2", "a2", b"z")
         assert led.answered_rounds("j") == [(0, "t0", "a0"), (2, "t2", "a2")]
+
+
+def test_hosted_parties_answer_and_record_as_a_party_alone(tmp_path):
+    """answer_hosted (a process hosting many parties computes the task digest once): the same bytes and the
+    same recorded (round, task digest, answer digest) as the party answering alone; the task it hands out
+    is read-only, so the one digest is the digest of what every hosted party reads."""
+    from dpfed.federation.session import answer_hosted, read_only_task, task_digest
+
+    spec = _spec()
+    alone, hosted = _party(tmp_path / "a.db", seed=3), _party(tmp_path / "b.db", seed=3)
+    sa, sb = decide(alone, spec).session, decide(hosted, spec).session
+    for t in _tasks(spec, 3):
+        [got] = list(answer_hosted([sb], t))
+        assert _same(got, sa.answer(t))
+    rounds = hosted.ledger.answered_rounds(spec.job_id)
+    assert rounds == alone.ledger.answered_rounds(spec.job_id)
+    assert [r[1] for r in rounds] == [task_digest(t) for t in _tasks(spec, 3)]
+    ro = read_only_task(_tasks(spec, 2)[1])
+    with pytest.raises(ValueError):
+        ro.arrays["prototypes"][...] = 0.0
+    alone.ledger.close()
+    hosted.ledger.close()
