@@ -54,12 +54,16 @@ FLWR_PY = Path("/tmp/flwr-venv/bin/python")
 class _Clock:
     """Progress callback: wall and this process's CPU seconds per round, first to last progress call."""
 
-    def __init__(self, rounds: int) -> None:
-        self.rounds, self.marks = rounds, []
+    def __init__(self, rounds: int, log_every: int = 0) -> None:
+        self.rounds, self.marks, self.log_every = rounds, [], log_every
 
     def __call__(self, fraction: float) -> None:
         t = os.times()
         self.marks.append((time.perf_counter(), t.user + t.system, fraction))
+        if self.log_every and len(self.marks) % self.log_every == 0:  # how far a long cell got, on stderr
+            print(json.dumps({"progress": fraction, "rounds_done": round(fraction * self.rounds),
+                              "seconds_per_round": self.seconds_per_round(), "load": os.getloadavg()[0]}),
+                  file=sys.stderr, flush=True)
 
     def seconds_per_round(self) -> float:
         (t0, _, f0), (t1, _, f1) = self.marks[0], self.marks[-1]
@@ -213,7 +217,7 @@ def cell_mnist(parties: int, epochs: float) -> dict:
     spec = JobSpec("scale-mnist", "glvq", params, ds.schema)
     data = split_parties(ds.X_train, ds.y_train, parties, "iid", np.random.default_rng(0))
     rounds = int(round(epochs / params["sampling_rate"])) + 1  # T DP-SGD rounds and the initialisation
-    clock = _Clock(rounds)
+    clock = _Clock(rounds, log_every=100)
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     with _PeakMemory(os.getpid()) as mem:
