@@ -76,23 +76,36 @@ def peak_rss_bytes() -> int:
     return 0
 
 
+#: Environment of a local Ray instance's processes beyond this process's own (see :func:`init_local_ray`).
+LOCAL_RAY_ENV = {
+    # Ray lowers its workers' priority by 15 (nice 15) by default; the pool's workers do all the parties'
+    # work, so on a shared machine they would get a small fraction of the CPU a nice-0 process gets (the
+    # in-process runner, anything else running). They run at this process's own priority instead.
+    "RAY_worker_niceness": "0",
+}
+
+
 def init_local_ray(**kwargs: Any) -> None:
     """Start a local Ray instance whose workers import what this process imports.
 
     The workers inherit this process's ``sys.path`` as ``PYTHONPATH`` (as the gRPC simulation's party
-    processes do), so algorithm plugins found by the driver are found by the workers too.
+    processes do), so algorithm plugins found by the driver are found by the workers too, and run at
+    this process's priority (:data:`LOCAL_RAY_ENV`; a variable already set in the environment wins).
     """
     import ray
 
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
+           **{k: v for k, v in LOCAL_RAY_ENV.items() if k not in os.environ}}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", **kwargs)
     finally:
-        if old is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = old
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
 
 
 class PartyWorker:
@@ -140,7 +153,7 @@ class PartyWorker:
 
         ctx = ray.get_runtime_context()
         return {"refusals": self.refusals, "error": self.error, "node": ctx.get_node_id(), "pid": os.getpid(),
-                "restarted": ctx.was_current_actor_reconstructed}
+                "restarted": ctx.was_current_actor_reconstructed, "nice": os.nice(0)}
 
     def answer(self, task: Task) -> Aggregate:
         """Every hosted party answers ``task`` through its session; the answers are merged CHUNK at a time."""
@@ -199,7 +212,7 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
     ``ledger_paths`` (one per party) or ``ledger_dir`` (a file per party in it; a temporary directory
     if ``ledger_dir="temp"``) is given; only with file ledgers are workers restarted after a failure
     (``max_restarts`` times, the interrupted call retried). ``result.info`` holds the pool size, the
-    nodes the workers ran on, their restarts and peak RSS.
+    nodes the workers ran on, their restarts, niceness and peak RSS.
     """
     import ray
 
@@ -294,6 +307,7 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
         info = {"workers": n, "nodes": sorted({st["node"] for st in final}),
                 "worker_nodes": [st["node"] for st in final],
                 "restarted_workers": sum(bool(st["restarted"]) for st in final),
+                "worker_nice": [st["nice"] for st in final],
                 "max_partials_per_round": max(partials, default=0),
                 "worker_peak_rss": [u[0] for u in usage], "worker_cpu_seconds": [u[1] for u in usage],
                 "worker_cpu_seconds_in_rounds": [u[1] - u0[1] for u, u0 in zip(usage, usage0, strict=True)],

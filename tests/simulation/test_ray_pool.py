@@ -9,6 +9,7 @@ drawn once: the restarted worker replays the stored answers).
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,7 @@ def test_pool_of_two_workers_hosts_300_parties_and_matches_the_flat_sum(local_ra
     res = run_ray_simulation(spec, data, seed=3)
     ref = run_inprocess(spec, data, seed=3)
     assert res.info["workers"] == 2 and res.info["max_partials_per_round"] == 2
+    assert res.info["worker_nice"] == [os.nice(0)] * 2  # the workers run at the driver's priority, not Ray's +15
     assert sorted(res.party_epsilon) == sorted(ref.party_epsilon) and len(res.party_epsilon) == 300
     assert res.epsilon_spent <= 1.0 + 1e-9 and res.epsilon_spent == pytest.approx(ref.epsilon_spent)
     assert sorted(res.model) == sorted(ref.model)
