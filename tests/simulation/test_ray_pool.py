@@ -45,6 +45,27 @@ def local_ray():
     ray.shutdown()
 
 
+def _child_commands() -> list[str]:
+    out = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                if int(fh.read().rsplit(")", 1)[1].split()[1]) != os.getpid():
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                out.append(fh.read().replace(b"\0", b" ").decode(errors="replace"))
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def test_the_local_instance_runs_without_the_autoscaler_and_log_monitors(local_ray):
+    """init_local_ray starts Ray's head without its two Python daemons a simulation does not use."""
+    cmds = _child_commands()
+    assert any("gcs_server" in c for c in cmds) and any("raylet" in c for c in cmds)  # the instance is ours
+    assert not [c for c in cmds if "log_monitor.py" in c or "autoscaler/_private/monitor.py" in c]
+
+
 def test_pool_of_two_workers_hosts_300_parties_and_matches_the_flat_sum(local_ray, mushroom):
     algo = get_algorithm("naive-bayes")
     data = split_parties(mushroom.X_train, mushroom.y_train, 300, "iid", np.random.default_rng(1))
