@@ -14,12 +14,14 @@ Every cell runs in its own Python process (so peak memory is the cell's own) and
    of the summed proportional set size (PSS: shared pages such as Ray's object store divided among the
    processes mapping them) of the cell's process and every process it started (Ray's raylet, GCS,
    agents and workers), sampled every 0.5 s.
-2. **Start-up**: whole wall time of an 8-party naive Bayes job on Adult, Ray (starting a local Ray
-   instance) and in process.
+2. **Start-up**: whole wall time of an 8-party naive Bayes job on Adult, Ray (starting and stopping a
+   local Ray instance) and in process, with the CPU seconds of every process involved (load-independent:
+   on two idle cores Ray's extra CPU time divided by two is a lower bound of its extra wall time).
 3. **MNIST GLVQ with 1,000 parties** (d = 7,840; E = 50 epochs at q = 0.01 is T = 5,000 rounds): the job
-   runs ``--mnist-epochs`` epochs on Ray and the whole job's wall time is extrapolated from the
-   measured seconds per round plus the measured start-up (the noise calibration changes with E, the
-   work per round does not); test accuracy is that of the shortened job.
+   runs ``--mnist-epochs`` epochs on Ray; 50 is the whole job (wall time, peak memory, test error; an
+   hour or so: run it on its own, ``--cell mnist 1000 50``, and add its line with ``--add-cells``),
+   fewer epochs are extrapolated from the measured seconds per round plus the measured start-up (the
+   noise calibration changes with E, the work per round does not).
 4. **Flower** (``flwr[simulation]`` in its own virtual environment, /tmp/flwr-venv): 500 Ray-simulated
    NumPy clients (2 Ray actors: one CPU per client) each returning the broadcast 10^4-vector plus its
    record sums tiled to 10^4 and numpy Laplace noise, FedAvg; memory sampled as above over the Flower
@@ -86,6 +88,16 @@ def _pss(pid: int) -> int:
     return 0
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def _descendants(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -110,13 +122,22 @@ class _PeakMemory:
 
     def __init__(self, root: int, period: float = 0.5) -> None:
         self.root, self.period, self.peak = root, period, 0
+        self._cpu: dict[int, float] = {}  # pid -> its latest CPU seconds seen (user + system)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def sample(self) -> int:
-        total = _pss(self.root) + sum(_pss(p) for p in _descendants(self.root))
+        pids = [self.root, *_descendants(self.root)]
+        total = sum(_pss(p) for p in pids)
         self.peak = max(self.peak, total)
+        for p in pids:
+            self._cpu[p] = max(self._cpu.get(p, 0.0), _cpu_seconds(p))
         return total
+
+    @property
+    def cpu_seconds(self) -> float:
+        """CPU seconds of the root and every descendant seen (up to each one's last sample)."""
+        return sum(self._cpu.values())
 
     def _run(self) -> None:
         while not self._stop.wait(self.period):
@@ -130,6 +151,7 @@ class _PeakMemory:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self.sample()
 
 
 def _noisy_mean_job(parties: int, rounds: int):
@@ -184,18 +206,21 @@ def cell_startup(backend: str, parties: int) -> dict:
     data = split_parties(ds.X_train, ds.y_train, parties, "iid", np.random.default_rng(0))
     spec = JobSpec("startup", "naive-bayes", {"epsilon": 1.0, "delta": algo.default_delta}, ds.schema)
     load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    if backend == "inproc":
-        from dpfed.simulation import run_inprocess
+    with _PeakMemory(os.getpid(), period=0.1) as mem:
+        cpu0 = mem.cpu_seconds
+        t0 = time.perf_counter()
+        if backend == "inproc":
+            from dpfed.simulation import run_inprocess
 
-        res = run_inprocess(spec, data, seed=0)
-    else:
-        from dpfed.simulation.ray_runner import run_ray_simulation
+            res = run_inprocess(spec, data, seed=0)
+        else:
+            from dpfed.simulation.ray_runner import run_ray_simulation
 
-        res = run_ray_simulation(spec, data, seed=0)  # starts and stops a local Ray instance
-    wall = time.perf_counter() - t0
+            res = run_ray_simulation(spec, data, seed=0)  # starts and stops a local Ray instance
+        wall = time.perf_counter() - t0
     acc = algo.evaluate(res.model, ds.X_test, ds.y_test, ds.schema)["test_accuracy"]
     return {"cell": "startup", "backend": backend, "parties": parties, "wall": wall, "accuracy": acc,
+            "cpu_seconds": mem.cpu_seconds - cpu0, "peak_pss_bytes": mem.peak,
             "load_before": load, "load_after": os.getloadavg()[0]}
 
 
@@ -230,6 +255,7 @@ def cell_mnist(parties: int, epochs: float) -> dict:
     full_rounds = int(round(50 / params["sampling_rate"])) + 1
     acc = algo.evaluate(res.model, ds.X_test, ds.y_test, ds.schema)
     return {"cell": "mnist", "parties": parties, "epochs": epochs, "rounds": res.rounds, "wall": wall,
+            "cpu_seconds": mem.cpu_seconds, "test_error": 1.0 - acc.get("test_accuracy", float("nan")),
             "seconds_per_round": per_round, "startup": startup, "full_rounds": full_rounds,
             "full_wall_extrapolated": startup + per_round * full_rounds,
             "peak_pss_bytes": mem.peak, "driver_peak_rss": peak_rss_bytes(),
@@ -290,8 +316,13 @@ def flower_cell(parties: int, rounds: int) -> dict:
     script = Path("/tmp/dpfed_bench_flower.py")
     script.write_text(FLOWER_SCRIPT)
     load = os.getloadavg()[0]
+    from dpfed.simulation.ray_runner import LOCAL_RAY_ENV
+
+    # Flower's Ray workers at the priority ours run at (Ray's default is nice 15: on a loaded machine that
+    # alone makes a round several times slower)
     proc = subprocess.Popen([str(FLWR_PY), str(script), str(parties), str(rounds), str(D)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **LOCAL_RAY_ENV})
     with _PeakMemory(proc.pid) as mem:  # the Flower driver and every Ray process it starts
         out, err = proc.communicate()
     if proc.returncode != 0 or not out.strip():
@@ -327,6 +358,9 @@ def main() -> int:
     ap.add_argument("--skip-mnist", action="store_true")
     ap.add_argument("--cell", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--render-from", metavar="MD", help="re-render the tables from the raw cells of an earlier scale.md")
+    ap.add_argument("--add-cells", metavar="JSONL", action="append", default=[],
+                    help="add cells measured separately (JSON lines printed by --cell, e.g. a whole MNIST job run "
+                         "in the background with --cell mnist 1000 50) to the tables")
     args = ap.parse_args()
     if args.cell:
         kind, rest = args.cell[0], args.cell[1:]
@@ -359,6 +393,8 @@ def main() -> int:
         if not args.skip_flower:
             results.append(flower_cell(args.flower_parties, min(args.rounds, 5)))
         cmd = "python bench/bench_scale.py " + " ".join(sys.argv[1:])
+    for path in args.add_cells:
+        results += [json.loads(line) for line in Path(path).read_text().splitlines() if line.startswith("{")]
     text = render(results, cmd)
     (ROOT / "bench" / "results" / "scale.md").write_text(text)
     print(text)
@@ -393,9 +429,14 @@ def render(results: list[dict], cmd: str) -> str:
     other = ["| measurement | result | load avg |", "|---|---|---|"]
     st = {c["backend"]: c for c in results if c.get("cell") == "startup"}
     if len(st) == 2 and all("error" not in c for c in st.values()):
+        cpu = ""
+        if all("cpu_seconds" in c for c in st.values()):
+            cpu = (f"; CPU of every process {st['inproc']['cpu_seconds']:.1f} s / {st['ray']['cpu_seconds']:.1f} s: "
+                   f"on 2 idle cores at least {(st['ray']['cpu_seconds'] - st['inproc']['cpu_seconds']) / 2:.1f} s "
+                   "more wall")
         other.append(f"| whole 8-party naive Bayes job on Adult, start-up included: in process / Ray (local Ray started "
                      f"and stopped) | {st['inproc']['wall']:.2f} s / {st['ray']['wall']:.2f} s: Ray's overhead "
-                     f"{st['ray']['wall'] - st['inproc']['wall']:.1f} s (accuracy {st['ray']['accuracy']:.3f} both: "
+                     f"{st['ray']['wall'] - st['inproc']['wall']:.1f} s{cpu} (accuracy {st['ray']['accuracy']:.3f} both: "
                      f"{st['inproc']['accuracy'] == st['ray']['accuracy']}) | {st['ray']['load_before']:.1f} |")
     elif st:
         other.append(f"| start-up, 8 parties | {list(st.values())} | |")
@@ -403,12 +444,16 @@ def render(results: list[dict], cmd: str) -> str:
         if "error" in m:
             other.append(f"| MNIST GLVQ | error: {m['error']} | |")
             continue
-        other.append(f"| MNIST GLVQ (d = 7,840), {m['parties']} parties on the Ray pool: {m['epochs']:g} epochs = "
-                     f"{m['rounds']} rounds measured | {m['wall']:.0f} s wall: start-up {m['startup']:.0f} s + "
-                     f"{m['seconds_per_round']:.2f} s per round; peak memory {_gib(m['peak_pss_bytes'])} (driver RSS "
-                     f"{_gib(m['driver_peak_rss'])}) | {m['load_before']:.1f} |")
-        other.append(f"| MNIST GLVQ whole job, E = 50 epochs = {m['full_rounds']} rounds, **extrapolated** from the line "
-                     f"above (not run) | {m['full_wall_extrapolated'] / 60:.0f} min | |")
+        whole = m["rounds"] >= m["full_rounds"]
+        other.append(f"| MNIST GLVQ (d = 7,840), {m['parties']} parties on the Ray pool: "
+                     f"{'**whole job run**, ' if whole else ''}{m['epochs']:g} epochs = {m['rounds']} rounds | "
+                     f"{m['wall']:.0f} s wall ({m['wall'] / 60:.1f} min): start-up {m['startup']:.0f} s + "
+                     f"{m['seconds_per_round']:.3f} s per round; peak memory {_gib(m['peak_pss_bytes'])} (driver RSS "
+                     f"{_gib(m['driver_peak_rss'])}); test error {1 - m['test_accuracy']:.4f}; epsilon spent "
+                     f"{m['epsilon_spent']:.4f} | {m['load_before']:.1f} to {m['load_after']:.1f} |")
+        if not whole:
+            other.append(f"| MNIST GLVQ whole job, E = 50 epochs = {m['full_rounds']} rounds, **extrapolated** from the "
+                         f"line above (not run) | {m['full_wall_extrapolated'] / 60:.0f} min | |")
     return "\n".join(["# Many parties: Ray worker pool vs in process (bench/bench_scale.py)", "",
                       "Answers of d = 10^4 float64s per party per round (`noisy-mean`: Laplace noise from the "
                       "ChaCha20 keystream, every answer recorded in the party's ledger), 20 rounds:", "", *rows, "",
