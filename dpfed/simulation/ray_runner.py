@@ -352,11 +352,18 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
                                 party_epsilon={k: spent[k] for k in names}, rounds=rounds,
                                 wall_seconds=time.perf_counter() - t0, info=info)
     finally:
-        for w in pool:
+        closing = []
+        for w in pool:  # every worker closes its ledgers at once, then each is stopped
             try:
-                ray.get(w.close.remote(), timeout=60)
+                closing.append(w.close.remote())
             except Exception:  # noqa: BLE001 - a dead worker has nothing left to close
                 pass
+        for ref in closing:
+            try:
+                ray.get(ref, timeout=60)
+            except Exception:  # noqa: BLE001
+                pass
+        for w in pool:
             ray.kill(w, no_restart=True)
         if started_here:
             ray.shutdown()
