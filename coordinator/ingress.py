@@ -181,6 +181,15 @@ class IngressShard:
         for m in msgs:
             sess.outbox.put(m)
 
+    def _op_crl(self, pem: bytes) -> None:
+        """The deployment's revocation list changed at the coordinator: use the new one from now on."""
+        if self._tls is None:
+            return
+        path = Path(self._tls.ca).parent / "crl.pem"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(pem)
+        tmp.replace(path)  # peer_revoked re-reads it (keyed by modification time and size)
+
     def _op_end(self, job_id: str) -> None:
         self._rounds.pop(job_id, None)
         self._ready.pop(job_id, None)

@@ -106,6 +106,10 @@ class ShardPool:
         self._on_event = on_event
         self._pollers = [threading.Thread(target=self._poll, args=(i,), name=f"dpfed-shard-events-{i}", daemon=True)
                          for i in range(len(self.actors))]
+        self._crl = None
+        if config.tls is not None and not config.insecure:
+            self._crl = Path(config.tls.crl) if config.tls.crl is not None else Path(config.tls.ca).parent / "crl.pem"
+            self._pollers.append(threading.Thread(target=self._watch_crl, name="dpfed-shard-crl", daemon=True))
         for t in self._pollers:
             t.start()
         log.info("%d ingress shard(s) on %d node(s): %s", len(self.actors), len(set(self.nodes)),
@@ -143,6 +147,23 @@ class ShardPool:
                 continue
             for kind, token, name in events:
                 self._on_event(kind, token, name)
+
+    def _watch_crl(self) -> None:
+        """Forward every new revocation list to the shards (checked each second), so a certificate revoked
+        at the coordinator is refused by the shards too, on the next call."""
+        seen = None
+        while not self._stop.wait(1.0):
+            try:
+                st = self._crl.stat()
+                key = (st.st_mtime_ns, st.st_size)
+                if key == seen:
+                    continue
+                pem = self._crl.read_bytes()
+            except OSError:
+                continue
+            seen = key
+            for i in range(len(self.actors)):
+                self.submit(i, ("crl", pem))
 
     def collect(self, calls: dict[int, tuple], wait: float, final: bool = False) -> dict[int, dict[str, Any]]:
         """``calls``: shard index -> (job id, round, task id); one collect per shard, in parallel."""

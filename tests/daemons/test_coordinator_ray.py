@@ -153,3 +153,33 @@ def test_secure_aggregation_through_shards_matches_in_process(ray_cluster, adult
     assert net.summary["secure_aggregation"] is True and net.summary["dropped_rounds"] == 0
     for k in ("class_count", "cat_log_prob", "num_mean", "num_var"):
         np.testing.assert_array_equal(net.model[k], local.model[k])
+
+
+def test_a_certificate_revoked_at_the_coordinator_is_refused_by_its_shard(ray_cluster, tmp_path):
+    import shutil
+
+    from dpfed.federation import certs
+
+    pki = make_pki(tmp_path / "pki", parties=2)
+    server = start_coordinator(pki, tmp_path / "state", **SHARDS)
+    ch, stub = raw_stub(pki, server.port, "party-1")
+    try:
+        reg = stub.Register(pb.RegisterRequest(version=PROTOCOL_VERSION, party="party-1",
+                                               schema_json=SCHEMA.to_json(), epsilon_limit=10.0, delta_limit=1e-6),
+                            timeout=20)
+        sch, shard = _shard_stub(pki, reg.shard, "party-1")
+        crl = certs.revoke("party-1", pki.root / "ca")
+        shutil.copyfile(crl, pki.files("coordinator").ca.parent / "crl.pem")  # at the coordinator only
+
+        def refused() -> bool:
+            try:
+                next(shard.TaskStream(pb.StreamRequest(version=PROTOCOL_VERSION, session=reg.session), timeout=5))
+            except grpc.RpcError as exc:
+                return exc.code() == grpc.StatusCode.PERMISSION_DENIED and "revoked" in exc.details()
+            return False
+
+        wait_until(refused, 30, "the shard to refuse the revoked certificate")
+        sch.close()
+    finally:
+        ch.close()
+        server.stop()
