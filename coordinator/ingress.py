@@ -172,8 +172,14 @@ class IngressShard:
     def _op_ready(self, job_id: str, name: str, ready: bool) -> None:
         (self._ready.setdefault(job_id, set()).add if ready else self._ready.setdefault(job_id, set()).discard)(name)
 
-    def _op_resend(self, job_id: str, round_: int, task_id: str, token: str, msgs: list[pb.CoordinatorMessage]) -> None:
-        """The party came back: give its new session the round's task unless its answer is in or arriving."""
+    def _op_resend(self, job_id: str, round_: int, task_id: str, token: str, msgs: list[pb.CoordinatorMessage],
+                   expect: tuple | None = None) -> None:
+        """The party came back: give its new session the round's task unless its answer is in or arriving.
+        ``expect`` (the round's expectation, as in ``_op_expect``) re-creates the round on a shard that lost
+        it (restarted by Ray after a crash): its parties come back and their sessions replay stored answers."""
+        r = self._rounds.get(job_id)
+        if expect is not None and (r is None or r.round < round_):
+            self._op_expect(*expect)
         r, sess = self._rounds.get(job_id), self._sessions.get(token)
         if (r is None or sess is None or r.closed or r.round != round_ or r.task_id != task_id
                 or sess.name in r.answers or sess.name in r.receiving or sess.name in r.errors):

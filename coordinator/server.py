@@ -108,6 +108,7 @@ class _Active:
     mismatch: dict[str, str] = field(default_factory=dict)   # parties whose reported event was refused
     failure: str = ""
     tolerant: bool = False       # secure aggregation: a refused task is a dropout, not a failure
+    expects: dict[int, tuple] = field(default_factory=dict)  # coordinator on Ray: the round's expectation per shard
     errors: set[str] = field(default_factory=set)
 
 
@@ -278,7 +279,7 @@ class Coordinator:
             return
         if sess.shard >= 0:  # the shard knows whether the answer is in or arriving
             self.pool.submit(sess.shard, ("resend", act.spec.job_id, act.round, act.task_id, sess.token,
-                                          act.msgs.get(name, [])))
+                                          act.msgs.get(name, []), act.expects.get(sess.shard)))
         elif name not in act.answers and name not in act.receiving:
             for m in act.msgs.get(name, []):
                 sess.outbox.put(m)
@@ -833,9 +834,10 @@ class Coordinator:
         for p in out:
             by_shard.setdefault(self.pool.assign(p), []).append(p)
         header = Task(task.job_id, task.round, task.kind, task.params, {} if per_party else task.arrays)
+        act.expects = {}
         for i, names in sorted(by_shard.items()):
-            self.pool.submit(i, ("expect", job, act.round, act.task_id, header, act.spec.algorithm, names,
-                                 per_party, act.tolerant))
+            act.expects[i] = (job, act.round, act.task_id, header, act.spec.algorithm, names, per_party, act.tolerant)
+            self.pool.submit(i, ("expect", *act.expects[i]))
             groups: dict[int, tuple[list[str], list]] = {}
             for p in names:
                 sess = self._sessions.get(p)

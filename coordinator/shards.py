@@ -88,8 +88,9 @@ class ShardPool:
             crl_path = config.tls.crl_path()
             crl = Path(crl_path).read_bytes() if crl_path is not None else None
         host, _, _ = config.listen.rpartition(":")
+        # a shard that dies is restarted by Ray (with a new port: parties learn it when they register again)
         Actor = ray.remote(IngressShard).options(num_cpus=config.shard_cpus, max_concurrency=512,
-                                                 scheduling_strategy="SPREAD")
+                                                 scheduling_strategy="SPREAD", max_restarts=-1)
         self.actors = [Actor.remote(ShardSettings(
             index=i, host=config.shard_host or host or "0.0.0.0", port=config.shard_port + i if config.shard_port else 0,
             advertise=config.shard_advertise, tls_pem=tls_pem, crl_pem=crl, insecure=config.insecure,
@@ -130,7 +131,13 @@ class ShardPool:
 
     def open(self, index: int, token: str, party: str) -> ShardOutbox:
         """Tell the shard about a new session (before the party can dial it) and return its outbox."""
+        import ray
+
         self.submit(index, ("open", token, party), wait=True)
+        try:  # a restarted shard listens on a new port
+            self.addresses[index] = ray.get(self.actors[index].address.remote(), timeout=30)
+        except Exception as exc:  # noqa: BLE001 - keep the last known address; the party retries
+            log.warning("ingress shard %d unreachable: %s", index, exc)
         return ShardOutbox(self, index, token)
 
     def _poll(self, index: int) -> None:
@@ -170,7 +177,15 @@ class ShardPool:
         import ray
 
         refs = {i: self.actors[i].collect.remote(*args, wait, final) for i, args in calls.items()}
-        return dict(zip(refs, ray.get(list(refs.values())), strict=True))
+        out = {}
+        for i, ref in refs.items():
+            try:
+                out[i] = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - a shard died (Ray restarts it): its parties come back
+                log.warning("ingress shard %d lost (%s); waiting for its parties to come back", i, type(exc).__name__)
+                self._stop.wait(min(wait, 1.0))
+                out[i] = {"complete": False, "errors": {}, "missing": [], "parts": [], "stale": False}
+        return out
 
     def stop(self) -> None:
         import ray

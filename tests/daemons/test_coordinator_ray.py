@@ -183,3 +183,31 @@ def test_a_certificate_revoked_at_the_coordinator_is_refused_by_its_shard(ray_cl
     finally:
         ch.close()
         server.stop()
+
+
+def test_a_job_survives_a_crashed_shard(ray_cluster, tmp_path):
+    """A shard actor killed mid-job is restarted by Ray; its parties register again, are re-offered the
+    job (a resume: no second charge) and replay or answer the round; the job ends with every round."""
+    import ray
+
+    from dpfed.core.ledger import BudgetLedger
+
+    pki = make_pki(tmp_path / "pki", parties=4)
+    server = start_coordinator(pki, tmp_path / "state", **SHARDS)
+    parties = [ThreadParty(party_config(pki, tmp_path, f"party-{i}", server.port)) for i in range(4)]
+    try:
+        with admin(pki, server.port) as client:
+            wait_until(lambda: _connected(client, 4), 60, "four parties")
+            job = client.submit_job("noisy-mean", {"rounds": 40, "width": 3, "epsilon": 8.0},
+                                    parties=[f"party-{i}" for i in range(4)], job_id="crash")
+            wait_until(lambda: client.status()["jobs"][0]["rounds"] >= 5, 60, "round 5")
+            ray.kill(server.coordinator.pool.actors[0], no_restart=False)
+            rec = client.wait(job, timeout=240)
+            assert rec["state"] == "done" and rec["rounds"] == 40, rec
+    finally:
+        for p in parties:
+            p.stop()
+        server.stop()
+    for i in range(4):
+        with BudgetLedger(tmp_path / f"party-{i}" / "ledger.sqlite", epsilon_limit=10.0, delta_limit=1e-6) as led:
+            assert led.charge_ids() == ["crash:plan"]
