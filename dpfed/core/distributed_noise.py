@@ -4,13 +4,18 @@ Kairouz, Liu & Steinke, ICML 2021, "The Distributed Discrete Gaussian Mechanism 
 Learning with Secure Aggregation" (arXiv 2102.06387, cited as KLS21). A party turns its real vector
 into integers mod 2^B that secure aggregation can sum (KLS21 Alg. 1):
 
-    clip to L2 norm c  ->  x' = H D x / (gamma sqrt(d'))   (randomized Hadamard, public signs D)
-    ->  conditional randomized rounding of x' to Z^d' (retry until ||round||_2 <= Delta_2)
-    ->  + a noise share y ~ N_Z(0, sigma_share^2)^d' (exact sampler, SecureRNG)  ->  mod 2^B.
+    clip to L2 norm c  ->  x' = R x / gamma   (R: two overlapping randomized Hadamard blocks of
+    n = 2^floor(log2 d) coordinates with public signs, orthogonal, d coordinates: :func:`rotate`)
+    ->  conditional randomized rounding of x' to Z^d (retry until ||round||_2 <= Delta_2)
+    ->  + a noise share y ~ N_Z(0, sigma_share^2)^d (exact sampler, SecureRNG)  ->  mod 2^B.
 
 The server decodes the sum mod 2^B: centre to [-2^(B-1), 2^(B-1)), times gamma, inverse rotation.
-All lengths after the rotation are the padded dimension d' (a power of two); ``sigma_share`` is in
-integer (lattice) units, so the real noise of one share is gamma * sigma_share.
+KLS21 pads to d' = 2^ceil(log2 d) for one Hadamard block; here nothing is padded, so every length,
+the sensitivities and the accounting use d itself, and the upload is d * B bits. The only price is
+flatness: a coordinate's variance proxy is ||x||^2 / n with n > d/2 instead of ||x||^2 / d'
+(:func:`rotation_block`), which enters the modulus headroom (:func:`choose_gamma`,
+:func:`wraparound_bound`), never the privacy. ``sigma_share`` is in integer (lattice) units, so the
+real noise of one share is gamma * sigma_share.
 
 Privacy unit: one *encoded vector* (one row given to :func:`quantize`). Adding or removing it moves
 the integer sum by its rounded vector, of L2 norm <= Delta_2 (:func:`rounded_l2_bound`) and L1 norm
@@ -43,7 +48,7 @@ from dpfed.core.samplers import sample_discrete_gaussian
 
 __all__ = [
     "DistributedDiscreteGaussianDpEvent", "DistributedNoisePlan", "RDP_ORDERS",
-    "padded_dimension", "rotation_signs", "fwht", "rotate", "unrotate", "clip_rows",
+    "padded_dimension", "rotation_block", "rotation_signs", "fwht", "rotate", "unrotate", "clip_rows",
     "rounded_l2_bound", "rounded_l1_bound", "conditional_round", "quantize", "add_noise_mod",
     "encode", "modular_sum", "decode_integers", "decode", "choose_gamma", "choose_bits",
     "wraparound_bound", "event_invalid", "ddgauss_tau", "ddgauss_rdp", "poisson_subsampled_rdp", "event_rdp",
@@ -63,10 +68,18 @@ _ROTATION_DOMAIN = b"dpfed.distributed_noise.rotation.v1\x00"
 # --------------------------------------------------------------------------- rotation
 
 def padded_dimension(d: int) -> int:
-    """Smallest power of two >= d (the Hadamard transform's length)."""
+    """Length of an encoded vector: ``d`` itself (validated). The rotation keeps the dimension
+    (:func:`rotate`), so nothing is padded; the name is kept for existing callers."""
     if int(d) != d or d < 1:
         raise ValueError(f"dimension must be a positive integer, got {d!r}")
-    return 1 << (int(d) - 1).bit_length()
+    return int(d)
+
+
+def rotation_block(d: int) -> int:
+    """n = 2^floor(log2 d), the length of each Hadamard block of :func:`rotate` (d/2 < n <= d).
+    Every coordinate of the rotation of x is sub-Gaussian with variance proxy ||x||^2 / n over the
+    public signs (the "flatness" of KLS21 §4.2 with d' replaced by n)."""
+    return 1 << (padded_dimension(d).bit_length() - 1)
 
 
 def rotation_signs(seed: bytes, n: int) -> np.ndarray:
@@ -77,7 +90,6 @@ def rotation_signs(seed: bytes, n: int) -> np.ndarray:
     stream = SecureRNG(_key=key, _reproducible=True)
     bits = np.unpackbits(np.frombuffer(stream.bytes((n + 7) // 8), dtype=np.uint8))[:n]
     return 1.0 - 2.0 * bits.astype(np.float64)
-
 
 
 @functools.lru_cache(maxsize=8)
@@ -118,27 +130,43 @@ def fwht(x: np.ndarray) -> np.ndarray:
     return y.reshape(lead + (n,))
 
 
+def _rotation_parts(seed: bytes, d: int) -> list[tuple[slice, np.ndarray]]:
+    """The blocks of :func:`rotate`: (coordinates, signs / sqrt(n)) for the first n coordinates and,
+    unless d = n, the last n, with independent public signs (one keystream of 2n signs)."""
+    n = rotation_block(d)
+    signs = rotation_signs(seed, n if n == d else 2 * n) * (1.0 / math.sqrt(n))
+    parts = [(slice(0, n), signs[:n])]
+    if n < d:
+        parts.append((slice(d - n, d), signs[n:]))
+    return parts
+
+
 def rotate(rows: np.ndarray, seed: bytes) -> np.ndarray:
-    """R x = H D x / sqrt(d') for each row, zero-padded to d' = 2^ceil(log2 d) (KLS21 Alg. 1;
-    R is orthogonal, so norms are kept and each output coordinate is sub-Gaussian with variance
-    proxy ||x||^2 / d' over the public signs D)."""
-    rows = np.atleast_2d(np.asarray(rows, dtype=np.float64))
-    n = padded_dimension(rows.shape[-1])
-    padded = np.zeros(rows.shape[:-1] + (n,))
-    padded[..., : rows.shape[-1]] = rows
-    padded *= rotation_signs(seed, n)
-    return fwht(padded) * (1.0 / math.sqrt(n))
+    """R x for each row, R = R_2 R_1 in d dimensions (no padding): R_1 = H D_1 / sqrt(n) on the
+    first n = 2^floor(log2 d) coordinates, R_2 = H D_2 / sqrt(n) on the last n (n >= d/2, so the
+    two blocks cover every coordinate; for d = n, R = R_1 is KLS21 Alg. 1's rotation).
+
+    R is orthogonal (a product of orthogonal maps), so ||R x|| = ||x|| and KLS21's sensitivity
+    argument is unchanged with d' = d. Flatness: a coordinate that only R_1 writes is a Rademacher
+    sum over D_1 with variance proxy ||x_{:n}||^2 / n; one that R_2 writes is, given D_1, a
+    Rademacher sum over D_2 (independent) of the input of R_2, whose norm is <= ||x||: so every
+    coordinate is sub-Gaussian with variance proxy ||x||^2 / n <= 2 ||x||^2 / d (KLS21 §4.2's
+    bound with d' replaced by n; :func:`rotation_block`)."""
+    out = np.array(rows, dtype=np.float64, ndmin=2)  # a copy: transformed block by block
+    for cols, signs in _rotation_parts(seed, out.shape[-1]):
+        out[..., cols] = fwht(out[..., cols] * signs)
+    return out
 
 
 def unrotate(rows: np.ndarray, seed: bytes, dimension: int) -> np.ndarray:
-    """Inverse of :func:`rotate` (R^T y = D H y / sqrt(d')), trimmed to ``dimension``."""
-    rows = np.asarray(rows, dtype=np.float64)
-    n = rows.shape[-1]
-    if n != padded_dimension(dimension):
-        raise ValueError(f"expected {padded_dimension(dimension)} coordinates, got {n}")
-    out = fwht(rows) * (1.0 / math.sqrt(n))
-    out *= rotation_signs(seed, n)
-    return out[..., :dimension]
+    """Inverse of :func:`rotate`: R^T = R_1^T R_2^T with R_i^T = D_i H / sqrt(n) (the blocks in
+    reverse order). ``rows`` have ``dimension`` coordinates."""
+    out = np.array(rows, dtype=np.float64)
+    if out.shape[-1] != padded_dimension(dimension):
+        raise ValueError(f"expected {dimension} coordinates, got {out.shape[-1]}")
+    for cols, signs in reversed(_rotation_parts(seed, dimension)):
+        out[..., cols] = fwht(out[..., cols]) * signs
+    return out
 
 
 def clip_rows(rows: np.ndarray, clip: float) -> np.ndarray:
@@ -245,11 +273,14 @@ class DistributedNoisePlan:
 
     @property
     def padded_dimension(self) -> int:
+        """Coordinates of an encoded vector: ``dimension`` (no padding; name kept for callers)."""
         return padded_dimension(self.dimension)
 
     @property
     def l2_sensitivity(self) -> float:
-        """Delta_2 in integer units: the norm bound of one rounded vector."""
+        """Delta_2 in integer units: the norm bound of one rounded vector, in d dimensions. Valid
+        without padding: R is orthogonal, so ||R x / gamma|| <= clip / gamma, and the conditional
+        rounding bound (KLS21 Alg. 1, :func:`rounded_l2_bound`) holds for any vector of R^d."""
         return rounded_l2_bound(self.clip / self.gamma, self.beta, self.padded_dimension)
 
     @property
@@ -275,7 +306,7 @@ class DistributedNoisePlan:
 def quantize(x: np.ndarray, plan: DistributedNoisePlan, *, seed: bytes,
              rng: SecureRNG) -> np.ndarray:
     """Clip, rotate, scale by 1/gamma and conditionally round each row of ``x`` (1-D: one vector);
-    returns the int64 sum of the rounded rows (length d'). Each row is one privacy unit."""
+    returns the int64 sum of the rounded rows (length d). Each row is one privacy unit."""
     rows = np.atleast_2d(np.asarray(x, dtype=np.float64))
     if rows.shape[-1] != plan.dimension:
         raise ValueError(f"expected vectors of dimension {plan.dimension}, got {rows.shape[-1]}")
@@ -327,23 +358,25 @@ def decode(total: np.ndarray, plan: DistributedNoisePlan, *, seed: bytes) -> np.
 def _sum_variance_proxy(gamma: float, vectors: int, shares: int, clip: float, dimension: int,
                         sigma_share: float) -> float:
     """Variance proxy (integer units) of one coordinate of the sum before rounding error: signal
-    (rotation signs: ||sum x||^2 / (gamma^2 d') <= (vectors clip / gamma)^2 / d') plus noise
-    (N_Z(0, s^2) is s^2-sub-Gaussian, Canonne, Kamath & Steinke 2020)."""
-    d = padded_dimension(dimension)
-    return (vectors * clip / gamma) ** 2 / d + shares * sigma_share ** 2
+    (rotation signs: ||sum x||^2 / (gamma^2 n) <= (vectors clip / gamma)^2 / n, n the Hadamard block
+    of :func:`rotation_block`, see :func:`rotate`) plus noise (N_Z(0, s^2) is s^2-sub-Gaussian,
+    Canonne, Kamath & Steinke 2020)."""
+    n = rotation_block(dimension)
+    return (vectors * clip / gamma) ** 2 / n + shares * sigma_share ** 2
 
 
 def choose_gamma(bits: int, *, vectors: int, shares: int, clip: float, dimension: int,
                  sigma_real: float, k_sigma: float = 4.0) -> float:
     """Granularity gamma such that k_sigma sub-Gaussian standard deviations of a coordinate of the
     sum, plus the rounding errors (< 1 per vector), fit in [-2^(B-1), 2^(B-1)):
-    gamma = k sqrt((vectors c)^2 / d' + shares sigma_real^2) / (2^(B-1) - vectors)
-    (KLS21 §4.2 / §4.4 with flatness rho = 1; ``sigma_real`` = gamma * sigma_share)."""
+    gamma = k sqrt((vectors c)^2 / n + shares sigma_real^2) / (2^(B-1) - vectors)
+    (KLS21 §4.2 / §4.4 with flatness rho = 1 and d' replaced by the block n of
+    :func:`rotation_block`, d/2 < n <= d; ``sigma_real`` = gamma * sigma_share)."""
     headroom = 2.0 ** (int(bits) - 1) - vectors
     if headroom <= 0:
         raise ValueError(f"{bits} bits cannot hold the rounding errors of {vectors} vectors")
-    d = padded_dimension(dimension)
-    return k_sigma * math.sqrt((vectors * clip) ** 2 / d + shares * sigma_real ** 2) / headroom
+    n = rotation_block(dimension)
+    return k_sigma * math.sqrt((vectors * clip) ** 2 / n + shares * sigma_real ** 2) / headroom
 
 
 def choose_bits(gamma: float, *, vectors: int, shares: int, clip: float, dimension: int,
@@ -360,11 +393,13 @@ def choose_bits(gamma: float, *, vectors: int, shares: int, clip: float, dimensi
 def wraparound_bound(bits: int, gamma: float, *, vectors: int, shares: int, clip: float,
                      dimension: int, sigma_share: float) -> tuple[float, float]:
     """(p, P): p bounds the probability that a given coordinate of the sum leaves
-    [-2^(B-1), 2^(B-1)) (so wraps mod 2^B), P bounds that any of the d' coordinates does.
+    [-2^(B-1), 2^(B-1)) (so wraps mod 2^B), P bounds that any of the d coordinates does.
 
     S_j = A_j + E_j + N_j: signal A_j sub-Gaussian over the public rotation signs (fixed before the
-    data), rounding errors |E_j| < vectors, noise N_j sub-Gaussian; A and N independent, so
-    p = 2 exp(-(2^(B-1) - vectors)^2 / (2 v)) and P = min(1, d' p) (union bound). Wrap-around is a
+    data) with variance proxy ||sum x||^2 / (gamma^2 n) for every coordinate j, also those the two
+    overlapping blocks of :func:`rotate` both write (see there); rounding errors |E_j| < vectors,
+    noise N_j sub-Gaussian; A and N independent, so p = 2 exp(-(2^(B-1) - vectors)^2 / (2 v)) and
+    P = min(1, d p) (union bound over the d coordinates: no padding). Wrap-around is a
     post-processing of the noisy sum: it costs accuracy, not privacy."""
     t = 2.0 ** (int(bits) - 1) - vectors
     if t <= 0:

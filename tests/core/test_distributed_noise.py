@@ -52,9 +52,9 @@ def test_fwht_three_stages_by_columns():
 
 
 def test_rotation_is_orthogonal_public_and_inverted():
-    x = np.random.default_rng(1).normal(size=(4, 1000))  # pads to 1024
+    x = np.random.default_rng(1).normal(size=(4, 1000))  # two blocks of 512, no padding
     r = dn.rotate(x, b"job:7:round:3")
-    assert r.shape == (4, 1024)
+    assert r.shape == (4, 1000)
     np.testing.assert_allclose(np.linalg.norm(r, axis=1), np.linalg.norm(x, axis=1), rtol=1e-12)
     np.testing.assert_allclose(dn.unrotate(r, b"job:7:round:3", 1000), x, atol=1e-12)
     # the same seed gives the same signs everywhere; another seed gives other signs
@@ -65,6 +65,59 @@ def test_rotation_is_orthogonal_public_and_inverted():
     spike = np.zeros(1024)
     spike[5] = 1.0
     np.testing.assert_allclose(np.abs(dn.rotate(spike, b"s")), 1 / 32, rtol=1e-12)
+
+
+def rotation_matrix(seed: bytes, d: int) -> np.ndarray:
+    """R = B_2 B_1 built here from scipy's Hadamard matrix: B_1 = H D_1 / sqrt(n) on the first n =
+    2^floor(log2 d) coordinates, B_2 = H D_2 / sqrt(n) on the last n, D_1 D_2 the first and second n
+    of the public signs (one block when d = n)."""
+    n = 1 << (d.bit_length() - 1)
+    signs = dn.rotation_signs(seed, n if n == d else 2 * n)
+    h = linalg.hadamard(n) / math.sqrt(n)
+    b1 = np.eye(d)
+    b1[:n, :n] = h * signs[:n]
+    if n == d:
+        return b1
+    b2 = np.eye(d)
+    b2[d - n:, d - n:] = h * signs[n:]
+    return b2 @ b1
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 5, 64, 100, 513, 1000, 1023, 1024])
+def test_rotation_keeps_the_dimension_is_orthogonal_and_inverts(d):
+    """rotate(x) = R x with R built independently (scipy's Hadamard matrix), R R^T = I, exactly d
+    coordinates out, and unrotate inverts it."""
+    seed = f"rot:{d}".encode()
+    x = np.random.default_rng(d).normal(size=(3, d))
+    r = dn.rotate(x, seed)
+    R = rotation_matrix(seed, d)
+    assert r.shape == (3, d)
+    np.testing.assert_allclose(R @ R.T, np.eye(d), atol=1e-12)
+    np.testing.assert_allclose(r, x @ R.T, atol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(r, axis=1), np.linalg.norm(x, axis=1), rtol=1e-12)
+    np.testing.assert_allclose(dn.unrotate(r, seed, d), x, atol=1e-12)
+    with pytest.raises(ValueError):
+        dn.unrotate(np.zeros((1, d + 1)), seed, d)
+
+
+def test_rotation_flattens_every_coordinate():
+    """Every coordinate of R e_i is sub-Gaussian over the public signs with variance proxy 1/n
+    (n = 512 for d = 1000, see dn.rotate), so for spikes at positions that only the first block, both
+    blocks or only the second block touch, max_j |(R e_i)_j| <= sqrt(2 ln(2 d m / ALPHA_R) / n) over
+    m spikes and seeds with probability >= 1 - ALPHA_R (Hoeffding, union bound). A rotation that
+    skipped the second block would leave the spike at 999 whole (|.| = 1 > the bound 0.32)."""
+    d, n, alpha_r = 1000, 512, 1e-6
+    spikes = [0, 300, 487, 488, 511, 512, 700, 999]
+    seeds = [f"flat:{t}".encode() for t in range(20)]
+    bound = math.sqrt(2 * math.log(2 * d * len(spikes) * len(seeds) / alpha_r) / n)
+    assert bound < 0.33  # far below the 1 of an unflattened spike
+    e = np.zeros((len(spikes), d))
+    e[np.arange(len(spikes)), spikes] = 1.0
+    worst = max(float(np.abs(dn.rotate(e, s)).max()) for s in seeds)
+    assert worst <= bound, (worst, bound)
+    # and the variance proxy used for the modulus headroom is 1/n, not 1/d'
+    assert dn.rotation_block(1000) == 512 and dn.rotation_block(1024) == 1024
+    assert dn.padded_dimension(1000) == 1000
 
 
 # --------------------------------------------------------------------------- rounding
