@@ -44,7 +44,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import special
 
 from dpfed.core.rng import SecureRNG
-from dpfed.core.samplers import sample_discrete_gaussian
+from dpfed.core.dgauss_alias import sample_discrete_gaussian_alias
 
 __all__ = [
     "DistributedDiscreteGaussianDpEvent", "DistributedNoisePlan", "RDP_ORDERS",
@@ -152,10 +152,17 @@ def rotate(rows: np.ndarray, seed: bytes) -> np.ndarray:
     Rademacher sum over D_2 (independent) of the input of R_2, whose norm is <= ||x||: so every
     coordinate is sub-Gaussian with variance proxy ||x||^2 / n <= 2 ||x||^2 / d (KLS21 §4.2's
     bound with d' replaced by n; :func:`rotation_block`)."""
-    out = np.array(rows, dtype=np.float64, ndmin=2)  # a copy: transformed block by block
-    for cols, signs in _rotation_parts(seed, out.shape[-1]):
-        out[..., cols] = fwht(out[..., cols] * signs)
+    out = np.array(rows, dtype=np.float64, ndmin=2)  # a copy, transformed in place
+    _rotate_inplace(out, seed)
     return out
+
+
+def _rotate_inplace(out: np.ndarray, seed: bytes) -> None:
+    """``out`` <- R ``out`` (see :func:`rotate`), block by block."""
+    for cols, signs in _rotation_parts(seed, out.shape[-1]):
+        block = out[..., cols]
+        block *= signs
+        out[..., cols] = fwht(block)
 
 
 def unrotate(rows: np.ndarray, seed: bytes, dimension: int) -> np.ndarray:
@@ -169,16 +176,17 @@ def unrotate(rows: np.ndarray, seed: bytes, dimension: int) -> np.ndarray:
     return out
 
 
-def clip_rows(rows: np.ndarray, clip: float) -> np.ndarray:
-    """Each row scaled by min(1, clip / ||row||_2) (KLS21 Alg. 1, first step)."""
+def clip_rows(rows: np.ndarray, clip: float, *, scale: float = 1.0) -> np.ndarray:
+    """Each row scaled by min(1, clip / ||row||_2) (KLS21 Alg. 1, first step), then by ``scale``
+    (a new array)."""
     if not (clip > 0 and math.isfinite(clip)):
         raise ValueError(f"clip must be positive and finite, got {clip!r}")
     rows = np.atleast_2d(np.asarray(rows, dtype=np.float64))
     if not np.isfinite(rows).all():
         raise ValueError("the vector to encode has non-finite entries")
     norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-    scale = np.minimum(1.0, clip / np.maximum(norms, np.finfo(float).tiny))
-    clipped: np.ndarray = rows * scale[:, None]
+    factor = np.minimum(1.0, clip / np.maximum(norms, np.finfo(float).tiny)) * scale
+    clipped: np.ndarray = rows * factor[:, None]
     return clipped
 
 
@@ -213,7 +221,8 @@ def conditional_round(rows: np.ndarray, bound: float, rng: SecureRNG, *,
     """Randomized rounding of each row (coordinate v rounds up with probability v - floor(v)),
     retried for the rows whose rounded L2 norm exceeds ``bound`` (KLS21 Alg. 1). The accepted
     rows satisfy ||row||_2^2 <= bound^2 exactly (integer arithmetic): privacy rests on that check
-    only. Raises instead of ever returning an unchecked row."""
+    only. Raises instead of ever returning an unchecked row. Vectorised over rows: each try draws
+    the uniforms of all pending rows in one call and re-draws only the rows that failed."""
     rows = np.atleast_2d(np.asarray(rows, dtype=np.float64))
     if not (bound > 0 and bound * bound < 2.0**52):
         raise ValueError(f"bound must be in (0, 2^26), got {bound!r}")
@@ -222,14 +231,18 @@ def conditional_round(rows: np.ndarray, bound: float, rng: SecureRNG, *,
     frac = rows - floor
     out = np.empty(rows.shape, dtype=np.int64)
     pending = np.arange(rows.shape[0])
-    for _ in range(max_tries):
-        u = rng.uniform((pending.size, rows.shape[1]))
-        cand = floor[pending] + (u < frac[pending])
+    for attempt in range(max_tries):
+        every = attempt == 0  # the first try takes every row without copying floor and frac
+        fl, fr = (floor, frac) if every else (floor[pending], frac[pending])
+        cand = rng.uniform(fr.shape)
+        np.less(cand, fr, out=cand)  # 1.0 where the coordinate rounds up
+        cand += fl
         approx = np.einsum("ij,ij->i", cand, cand)
         ok = approx <= limit * (1.0 + 1e-9) + 1.0  # float pre-check, then the exact one
         cand_int = cand[ok].astype(np.int64)
-        ok[ok] = np.einsum("ij,ij->i", cand_int, cand_int) <= limit
-        out[pending[ok]] = cand[ok].astype(np.int64)
+        exact_ok = np.einsum("ij,ij->i", cand_int, cand_int) <= limit
+        ok[ok] = exact_ok
+        out[pending[ok]] = cand_int[exact_ok]
         pending = pending[~ok]
         if pending.size == 0:
             return out
@@ -306,24 +319,27 @@ class DistributedNoisePlan:
 def quantize(x: np.ndarray, plan: DistributedNoisePlan, *, seed: bytes,
              rng: SecureRNG) -> np.ndarray:
     """Clip, rotate, scale by 1/gamma and conditionally round each row of ``x`` (1-D: one vector);
-    returns the int64 sum of the rounded rows (length d). Each row is one privacy unit."""
+    returns the int64 sum of the rounded rows (length d). Each row is one privacy unit. The clip
+    factor and 1/gamma are applied in one pass and the rotation works on that copy (R is linear)."""
     rows = np.atleast_2d(np.asarray(x, dtype=np.float64))
     if rows.shape[-1] != plan.dimension:
         raise ValueError(f"expected vectors of dimension {plan.dimension}, got {rows.shape[-1]}")
-    total = np.zeros(plan.padded_dimension, dtype=np.int64)
-    step = max(1, _CHUNK_ELEMENTS // plan.padded_dimension)  # bounded memory for many rows
+    total = np.zeros(plan.dimension, dtype=np.int64)
+    step = max(1, _CHUNK_ELEMENTS // plan.dimension)  # bounded memory for many rows
     for lo in range(0, rows.shape[0], step):
-        scaled = rotate(clip_rows(rows[lo:lo + step], plan.clip), seed) * (1.0 / plan.gamma)
+        scaled = clip_rows(rows[lo:lo + step], plan.clip, scale=1.0 / plan.gamma)
+        _rotate_inplace(scaled, seed)
         total += conditional_round(scaled, plan.l2_sensitivity, rng).sum(axis=0)
     return total
 
 
 def add_noise_mod(values: np.ndarray, sigma_share: float, bits: int, rng: SecureRNG) -> np.ndarray:
-    """(values + y) mod 2^bits as uint64, y ~ N_Z(0, sigma_share^2) i.i.d. from the exact sampler."""
+    """(values + y) mod 2^bits as uint64, y ~ N_Z(0, sigma_share^2) i.i.d. from the exact vectorised
+    sampler (:func:`dpfed.core.dgauss_alias.sample_discrete_gaussian_alias`)."""
     values = np.asarray(values)
     if values.dtype.kind not in "iu":
         raise TypeError("add_noise_mod takes integer values")
-    noise = sample_discrete_gaussian(sigma_share, values.shape, rng)
+    noise = sample_discrete_gaussian_alias(sigma_share, values.shape, rng)
     wrapped: np.ndarray = (values.astype(np.int64) + noise) & ((1 << int(bits)) - 1)
     return wrapped.astype(np.uint64)
 

@@ -15,6 +15,7 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp_acc
 from scipy import linalg, special, stats
 
 from dpfed.core import distributed_noise as dn
+from dpfed.core.dgauss_alias import sample_discrete_gaussian_alias
 from dpfed.core.rng import SecureRNG
 from dpfed.core.samplers import sample_discrete_gaussian
 
@@ -186,7 +187,7 @@ def test_encode_sum_decode_recovers_exact_integer_sum_and_real_sum():
     a, b = rng("same"), rng("same")
     np.testing.assert_array_equal(
         dn.add_noise_mod(q[0], plan.sigma_share, plan.bits, a),
-        ((q[0] + sample_discrete_gaussian(plan.sigma_share, q[0].shape, b))
+        ((q[0] + sample_discrete_gaussian_alias(plan.sigma_share, q[0].shape, b))
          & ((1 << plan.bits) - 1)).astype(np.uint64))
     # without noise the decoded real sum is the clipped sum up to the rounding (< gamma sqrt(d') each)
     clipped = x * np.minimum(1.0, plan.clip / np.linalg.norm(x, axis=1, keepdims=True))
