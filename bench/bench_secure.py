@@ -1,22 +1,24 @@
 """A secure round against a plain round, measured side by side in one run. Run:
-``python bench/bench_secure.py [--repeats 2]``; prints a table and writes bench/results/secure.md.
+``python bench/bench_secure.py [--repeats 3]``; prints a table and writes bench/results/secure.md.
 
 Both rounds run every party and the coordinator in this one process, one after another (wall time
-of the whole round = the sum of all parties' and the coordinator's work; network excluded):
+of the whole round = the sum of all parties' and the coordinator's work; network excluded, the
+wire encoding included: every answer goes through ``protos.codec`` and protobuf serialisation):
 
-* plain: each party adds float Gaussian noise (ChaCha20 ziggurat, the DP-SGD path) to its float64
-  d-vector; the coordinator sums the P vectors.
-* secure: each party advertises fresh signed X25519 keys, Shamir-shares its seeds to its neighbours
-  (ChaCha20-Poly1305 envelopes, certificates checked), encodes its d-vector ONCE (per-party
-  encoding: clip, randomized Hadamard rotation to d' = 2^ceil(log2 d), conditional rounding, one
-  exact discrete Gaussian share, mod 2^B: ``dn.encode``), masks it, packs it to B bits, answers the
-  unmask request; the coordinator routes keys and envelopes, unmasks and decodes (inverse rotation).
-  This is the SecAgg + encoding cost; per-record encoding (each record's row rotated and rounded on
-  its own, what LVQ jobs do) adds a rounding cost proportional to the batch, not measured here.
+* plain: each party clips its float64 d-vector (``clipping.clip_rows_l2``), adds Gaussian noise with
+  ``mechanisms.float_gaussian`` (ChaCha20 ziggurat from SecureRNG, the DP-SGD path), serialises the
+  float64 answer; the coordinator parses and sums the P answers.
+* secure: each party advertises fresh signed X25519 keys and Shamir-shares its seeds to its
+  neighbours (ChaCha20-Poly1305 envelopes, certificates checked): "keys"; clips and encodes its vector
+  (rotation without padding, conditional rounding, one exact discrete Gaussian share, mod 2^B:
+  ``distributed_noise.encode``): "encode"; masks it (``secagg``), packs B bits and serialises it:
+  "mask"; the coordinator parses the answers, collects the unmask shares and removes the masks:
+  "unmask"; and decodes (centre, times gamma, inverse rotation): "decode". The noise is planned
+  for epsilon 1, delta 1e-5, P_min = 0.7 P honest shares (``plan_distributed_noise``).
 
 The algorithm's own computation (the gradient) is the same in both and left out, which makes the
-ratio the worst case. Also: one party's masking for d = 10^6 and 20 neighbours, and the upload of one
-answer at B = 16 against float64.
+ratio the worst case. Also: one party's masking for d = 10^6 and 20 neighbours, and the upload (the
+serialised answer) at B = 16 against float64.
 """
 from __future__ import annotations
 
@@ -29,70 +31,100 @@ from pathlib import Path
 import numpy as np
 
 from dpfed.core import distributed_noise as dn
+from dpfed.core.clipping import clip_rows_l2
+from dpfed.core.mechanisms import float_gaussian
 from dpfed.core.rng import SecureRNG
 from dpfed.federation import secagg as sa
-from dpfed.simulation.inprocess import simulation_credentials
 from dpfed.federation import secure_wire as sw
+from dpfed.simulation.inprocess import simulation_credentials
+from protos import codec
+from protos import dpfed_pb2 as pb
 
 RESULTS = Path(__file__).resolve().parent / "results" / "secure.md"
+CLIP, Z = 1.0, 1.0  # clip norm and the plain round's noise multiplier
 
 
-def plain_round(xs: list[np.ndarray], rngs: list[SecureRNG], std: float) -> float:
+def to_wire(arrays: dict[str, np.ndarray]) -> list[bytes]:
+    return [c.SerializeToString() for c in codec.encode_arrays(arrays)]
+
+
+def from_wire(chunks: list[bytes]) -> dict[str, np.ndarray]:
+    asm = codec.ArrayAssembler()
+    for raw in chunks:
+        asm.add(pb.ArrayChunk.FromString(raw))
+    return asm.finish()
+
+
+def plain_round(xs: list[np.ndarray], rngs: list[SecureRNG]) -> tuple[float, int]:
     t0 = time.perf_counter()
-    answers = [x + r.normal_ziggurat(x.size, std) for x, r in zip(xs, rngs)]
-    total = np.zeros_like(xs[0])
-    for a in answers:
-        total += a
-    return time.perf_counter() - t0
+    wire = []
+    for x, rng in zip(xs, rngs):
+        clipped = clip_rows_l2(x[None, :], CLIP)[0][0]
+        noisy = float_gaussian(clipped, sensitivity=CLIP, noise_multiplier=Z, rng=rng).value
+        wire.append(to_wire({"sum": noisy}))
+    total = np.zeros(xs[0].size)
+    for msg in wire:
+        total += from_wire(msg)["sum"]
+    return time.perf_counter() - t0, sum(len(c) for c in wire[0])
 
 
 def secure_round(r: int, cfg: sa.SecAggConfig, clients: dict, xs: list[np.ndarray], rngs: list[SecureRNG],
-                 plan: dn.DistributedNoisePlan, seed: bytes) -> tuple[float, int, float, float]:
+                 plan: dn.DistributedNoisePlan, seed: bytes) -> dict:
+    t = {"keys": 0.0, "encode": 0.0, "mask": 0.0, "unmask": 0.0, "decode": 0.0}
     t0 = time.perf_counter()
-    t_enc = t_mask = 0.0
     server = sa.SecAggServer(cfg)
     names = list(cfg.parties)
     routed = server.route_adverts(r, [clients[n].advertise_keys(r) for n in names])
     boxes = server.route_envelopes(r, [e for n in names for e in clients[n].share_keys(r, routed[n])])
-    masked, size = [], 0
+    t1 = time.perf_counter()
+    t["keys"] += t1 - t0
+    wire = []
     for n, x, rng in zip(names, xs, rngs):
         t1 = time.perf_counter()
-        enc = dn.encode(x, plan, seed=seed, rng=rng)
+        enc = dn.encode(x, plan, seed=seed, rng=rng)  # clips inside
         t2 = time.perf_counter()
-        packed = sw.pack_masked(clients[n].masked_input(r, enc, boxes[n]).y, plan.bits)
-        t_enc, t_mask = t_enc + t2 - t1, t_mask + time.perf_counter() - t2
-        size = packed["y"].nbytes
-        masked.append(sa.MaskedInput(cfg.job_id, r, n, sw.unpack_masked(packed, plan.bits, plan.padded_dimension)))
+        wire.append(to_wire(sw.pack_masked(clients[n].masked_input(r, enc, boxes[n]).y, plan.bits)))
+        t3 = time.perf_counter()
+        t["encode"] += t2 - t1
+        t["mask"] += t3 - t2
+    t1 = time.perf_counter()
+    masked = [sa.MaskedInput(cfg.job_id, r, n, sw.unpack_masked(from_wire(msg), plan.bits, plan.dimension))
+              for n, msg in zip(names, wire)]
     req = server.collect_masked(r, masked)
     total = server.unmask(r, [clients[n].unmask(r, req.survivors, req.dropped) for n in req.survivors])
+    t2 = time.perf_counter()
     dn.decode(total, plan, seed=seed)
+    t3 = time.perf_counter()
+    t["unmask"] += t2 - t1
+    t["decode"] += t3 - t2
     for c in clients.values():
         c.forget(r)
-    return time.perf_counter() - t0, size, t_enc, t_mask
+    t["total"] = time.perf_counter() - t0
+    t["upload"] = sum(len(c) for c in wire[0])
+    return t
 
 
 def compare(ca: bytes, certs: dict, p: int, d: int, bits: int, repeats: int) -> dict:
     names = tuple(sorted(certs))[:p]
-    cfg = sa.SecAggConfig(f"bench-secure-{p}", names, bits=bits, min_survivors=max(2, (7 * p) // 10),
+    pmin = max(2, (7 * p) // 10)
+    cfg = sa.SecAggConfig(f"bench-secure-{p}", names, bits=bits, min_survivors=pmin,
                           corrupt_fraction=0.0, dropout_fraction=0.3)
     clients = {n: sa.SecAggClient(cfg, n, *certs[n], ca) for n in names}
     gen = np.random.default_rng(0)
-    clip = 1.0
-    xs = [gen.normal(size=d) * (clip / np.sqrt(d)) for _ in names]
+    xs = [gen.normal(size=d) * (2 * CLIP / np.sqrt(d)) for _ in names]  # norm ~2: every vector is clipped
     rngs = [SecureRNG.from_seed(i) for i in range(p)]
-    gamma = dn.choose_gamma(bits, vectors=p, shares=p, clip=clip, dimension=d, sigma_real=clip)
-    plan = dn.DistributedNoisePlan(dimension=d, clip=clip, gamma=gamma, bits=bits, sigma_share=max(0.5, 1.0 / gamma),
-                                   honest_parties=max(1, (7 * p) // 10), parties=p, vectors=p)
+    plan = dn.plan_distributed_noise(1.0, 1e-5, clip=CLIP, dimension=d, bits=bits, parties=p, survivors_min=pmin)
     seed = b"bench-rotation"
     secure_round(0, cfg, clients, xs, rngs, plan, seed)  # warms the certificate cache, as a job's first round
-    plains, secures, size = [], [], 0
-    for r in range(1, repeats + 1):
-        plains.append(plain_round(xs, rngs, clip))
-        s, size, enc, msk = secure_round(r, cfg, clients, xs, rngs, plan, seed)
-        secures.append((s, enc, msk))
-    best = min(secures)
-    return {"p": p, "d": d, "plain": min(plains), "secure": best[0], "encode": best[1], "mask": best[2], "graph":
-            "complete" if cfg.degree is None else f"Harary k={cfg.degree}", "upload": size, "float64": 8 * d}
+    plain_round(xs, rngs)
+    plains, secures = [], []
+    for r in range(1, repeats + 1):  # interleaved: both see the same machine load
+        plains.append(plain_round(xs, rngs))
+        secures.append(secure_round(r, cfg, clients, xs, rngs, plan, seed))
+    best = min(secures, key=lambda s: s["total"])
+    plain, plain_bytes = min(plains)
+    return {"p": p, "d": d, "plain": plain, "plain_bytes": plain_bytes, **best,
+            "graph": "complete" if cfg.degree is None else f"Harary k={cfg.degree}", "bits": plan.bits}
 
 
 def masking(ca: bytes, certs: dict, d: int, neighbours: int, bits: int, repeats: int) -> float:
@@ -114,25 +146,30 @@ def masking(ca: bytes, certs: dict, d: int, neighbours: int, bits: int, repeats:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     load0 = os.getloadavg()
     ca, certs = simulation_credentials([f"p{i:03d}" for i in range(100)])
     rows = [compare(ca, certs, 10, 620_000, 16, args.repeats), compare(ca, certs, 100, 10_000, 16, args.repeats)]
     mask = masking(ca, certs, 10**6, 20, 16, args.repeats)
     load1 = os.getloadavg()
-    lines = ["| round | plain s | secure s (all parties' encoding / masking; the rest: keys, shares, unmask, decode) "
-             "| ratio | target | upload B=16 / float64 |", "|---|---|---|---|---|---|"]
+    lines = ["| parties, d | plain s | secure s | keys / encode / mask / unmask / decode s | ratio | target "
+             "| upload B = 16 / float64: payload (target <= 0.25); serialised answers |", "|---|---|---|---|---|---|---|"]
     for row, target in zip(rows, (1.5, 2.0)):
-        ratio = row["secure"] / row["plain"]
-        lines.append(f"| P = {row['p']}, d = {row['d']:.3g} ({row['graph']}) | {row['plain']:.3f} | {row['secure']:.3f} ({row['encode']:.3f} / {row['mask']:.3f}) | "
-                     f"{ratio:.2f}x | <= {target}x {'met' if ratio <= target else 'MISSED'} | "
-                     f"{row['upload'] / row['float64']:.3f} ({row['upload']} / {row['float64']} bytes) |")
-    lines.append(f"| one party's masking, d = 1e6, 20 neighbours, B = 16 | | {mask:.3f} | | <= 0.2 s "
+        ratio = row["total"] / row["plain"]
+        up = row["upload"] / row["plain_bytes"]
+        payload = row["d"] * row["bits"] / (64 * row["d"])
+        lines.append(
+            f"| P = {row['p']}, d = {row['d']:.3g} ({row['graph']}) | {row['plain']:.3f} | {row['total']:.3f} | "
+            f"{row['keys']:.3f} / {row['encode']:.3f} / {row['mask']:.3f} / {row['unmask']:.3f} / "
+            f"{row['decode']:.3f} | {ratio:.1f}x | <= {target}x {'met' if ratio <= target else 'MISSED'} | "
+            f"{payload:.3f} ({'met' if payload <= 0.25 else 'MISSED'}); {up:.4f} ({row['upload']} / "
+            f"{row['plain_bytes']} bytes) |")
+    lines.append(f"| one party's masking, d = 1e6, 20 neighbours, B = 16 | | {mask:.3f} | | | <= 0.2 s "
                  f"{'met' if mask <= 0.2 else 'MISSED'} | |")
-    head = (f"Secure vs plain round, best of {args.repeats} (wall seconds, every party and the coordinator in one "
-            f"process; {platform.machine()}, {os.cpu_count()} cores, load average {load0[0]:.1f} before, "
-            f"{load1[0]:.1f} after)\n\n")
+    head = (f"Secure vs plain round, best of {args.repeats} interleaved repeats (wall seconds, every party and "
+            f"the coordinator in one process; {platform.machine()}, {os.cpu_count()} cores, load average "
+            f"{load0[0]:.1f} before, {load1[0]:.1f} after)\n\n")
     text = head + "\n".join(lines) + "\n"
     print(text)
     RESULTS.parent.mkdir(exist_ok=True)
