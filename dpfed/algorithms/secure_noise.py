@@ -132,8 +132,8 @@ class SecurePlan:
 
     @property
     def length(self) -> int:
-        """Coordinates of the masked vector (the padded dimension after a rotation)."""
-        return self.noise.dimension if self.integer else self.noise.padded_dimension
+        """Coordinates of the masked vector: the dimension (the rotation keeps it; no padding)."""
+        return self.noise.dimension
 
     def decode(self, total: np.ndarray) -> dict[str, np.ndarray]:
         """The survivors' sum mod 2^B as the named arrays (KLS21 Alg. 2, or centring only for integers)."""
