@@ -84,14 +84,19 @@ def rotation_block(d: int) -> int:
     return 1 << (padded_dimension(d).bit_length() - 1)
 
 
-def rotation_signs(seed: bytes, n: int) -> np.ndarray:
-    """The public diagonal D of the rotation: n signs +-1.0 from a ChaCha20 keystream keyed by
-    SHA-256 of ``seed`` (same on every platform). Public randomness, so a fixed key is correct
-    here; the seed must be fixed before the data are (e.g. from job id and round)."""
+def _sign_bits(seed: bytes, n: int) -> np.ndarray:
+    """n public sign bits (uint8 0/1) from a ChaCha20 keystream keyed by SHA-256 of ``seed``."""
     key = hashlib.sha256(_ROTATION_DOMAIN + bytes(seed)).digest()
     stream = SecureRNG(_key=key, _reproducible=True)
-    bits = np.unpackbits(np.frombuffer(stream.bytes((n + 7) // 8), dtype=np.uint8))[:n]
-    return 1.0 - 2.0 * bits.astype(np.float64)
+    return np.unpackbits(np.frombuffer(stream.bytes((n + 7) // 8), dtype=np.uint8))[:n]
+
+
+def rotation_signs(seed: bytes, n: int) -> np.ndarray:
+    """The public diagonal D of the rotation: n signs +-1.0 (bit 1 is -1) from a ChaCha20 keystream
+    keyed by SHA-256 of ``seed`` (same on every platform). Public randomness, so a fixed key is
+    correct here; the seed must be fixed before the data are (e.g. from job id and round)."""
+    signs: np.ndarray = np.where(_sign_bits(seed, n), -1.0, 1.0)
+    return signs
 
 
 @functools.lru_cache(maxsize=8)
@@ -107,10 +112,11 @@ def _hadamard(bits: int) -> np.ndarray:
     return h
 
 
-def fwht(x: np.ndarray) -> np.ndarray:
-    """Unnormalised Walsh-Hadamard transform H_n x along the last axis (n a power of two),
-    Sylvester order. H_n = H_{2^b1} (x) ... (x) H_{2^bm} with blocks of <= 32, so the transform is
-    a few BLAS products over a reshaped array (~ 6.4 n log2(n) flops, no Python loop over entries)."""
+def fwht(x: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """Walsh-Hadamard transform ``scale`` H_n x along the last axis (n a power of two), Sylvester
+    order. H_n = H_{2^b1} (x) ... (x) H_{2^bm} with blocks of <= 32, so the transform is a few BLAS
+    products over a reshaped array (~ 6.4 n log2(n) flops, no Python loop over entries); ``scale``
+    rides on the first block's matrix."""
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[-1]
     if n < 1 or n & (n - 1):
@@ -120,9 +126,11 @@ def fwht(x: np.ndarray) -> np.ndarray:
     stages = -(-k // _HADAMARD_BLOCK_BITS) if k else 0
     blocks = [k // stages + (i < k % stages) for i in range(stages)] if stages else []
     y = x.reshape(-1, n)
+    if not blocks:
+        return (y * scale).reshape(lead + (n,))
     left, right = y.shape[0], n
-    for b in blocks:
-        h = _hadamard(b)
+    for i, b in enumerate(blocks):
+        h = _hadamard(b) * scale if i == 0 and scale != 1.0 else _hadamard(b)
         right >>= b
         if right == 1:
             y = y.reshape(-1, 1 << b) @ h
@@ -133,13 +141,15 @@ def fwht(x: np.ndarray) -> np.ndarray:
 
 
 def _rotation_parts(seed: bytes, d: int) -> list[tuple[slice, np.ndarray]]:
-    """The blocks of :func:`rotate`: (coordinates, signs / sqrt(n)) for the first n coordinates and,
-    unless d = n, the last n, with independent public signs (one keystream of 2n signs)."""
+    """The blocks of :func:`rotate`: (coordinates, sign masks) for the first n coordinates and,
+    unless d = n, the last n, with independent public signs (one keystream of 2n signs). A mask is
+    bit 63 where the sign is -1: XOR on the float64 bits multiplies by D exactly."""
     n = rotation_block(d)
-    signs = rotation_signs(seed, n if n == d else 2 * n) * (1.0 / math.sqrt(n))
-    parts = [(slice(0, n), signs[:n])]
+    masks = _sign_bits(seed, n if n == d else 2 * n).astype(np.uint64)
+    masks <<= np.uint64(63)
+    parts = [(slice(0, n), masks[:n])]
     if n < d:
-        parts.append((slice(d - n, d), signs[n:]))
+        parts.append((slice(d - n, d), masks[n:]))
     return parts
 
 
@@ -161,10 +171,10 @@ def rotate(rows: np.ndarray, seed: bytes) -> np.ndarray:
 
 def _rotate_inplace(out: np.ndarray, seed: bytes) -> None:
     """``out`` <- R ``out`` (see :func:`rotate`), block by block."""
-    for cols, signs in _rotation_parts(seed, out.shape[-1]):
+    for cols, masks in _rotation_parts(seed, out.shape[-1]):
         block = out[..., cols]
-        block *= signs
-        out[..., cols] = fwht(block)
+        block.view(np.uint64)[...] ^= masks  # D x
+        out[..., cols] = fwht(block, 1.0 / math.sqrt(block.shape[-1]))
 
 
 def unrotate(rows: np.ndarray, seed: bytes, dimension: int) -> np.ndarray:
@@ -173,8 +183,10 @@ def unrotate(rows: np.ndarray, seed: bytes, dimension: int) -> np.ndarray:
     out = np.array(rows, dtype=np.float64)
     if out.shape[-1] != padded_dimension(dimension):
         raise ValueError(f"expected {dimension} coordinates, got {out.shape[-1]}")
-    for cols, signs in reversed(_rotation_parts(seed, dimension)):
-        out[..., cols] = fwht(out[..., cols]) * signs
+    for cols, masks in reversed(_rotation_parts(seed, dimension)):
+        block = fwht(out[..., cols], 1.0 / math.sqrt(masks.size))
+        block.view(np.uint64)[...] ^= masks
+        out[..., cols] = block
     return out
 
 
