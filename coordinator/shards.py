@@ -135,7 +135,7 @@ class ShardPool:
 
         self.submit(index, ("open", token, party), wait=True)
         try:  # a restarted shard listens on a new port
-            self.addresses[index] = ray.get(self.actors[index].address.remote(), timeout=30)
+            self.addresses[index] = str(ray.get(self.actors[index].address.remote(), timeout=30))
         except Exception as exc:  # noqa: BLE001 - keep the last known address; the party retries
             log.warning("ingress shard %d unreachable: %s", index, exc)
         return ShardOutbox(self, index, token)
