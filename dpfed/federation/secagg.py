@@ -56,8 +56,8 @@ from dpfed.core.errors import DpfedError
 
 __all__ = [
     "SecAggError", "KeySubstitutionError", "EnvelopeError", "ProtocolError", "UnmaskRefused",
-    "TooFewSurvivors", "ReconstructionError",
-    "SecAggConfig", "KeyAdvert", "Envelope", "MaskedInput", "UnmaskRequest", "UnmaskResponse",
+    "TooFewSurvivors", "ReconstructionError", "MaskedInputError",
+    "SecAggConfig", "KeyAdvert", "Envelope", "MaskedInput", "MaskedSum", "UnmaskRequest", "UnmaskResponse",
     "SecAggClient", "SecAggServer",
     "PRIME", "shamir_split", "shamir_reconstruct", "harary_parameters", "neighbourhoods",
     "expand_mask", "pairwise_seed",
@@ -97,6 +97,11 @@ class TooFewSurvivors(UnmaskRefused):
 
 class ReconstructionError(SecAggError):
     """The coordinator holds too few (or inconsistent) shares to unmask."""
+
+
+class MaskedInputError(SecAggError):
+    """Masked inputs that cannot be counted (a party twice, another length, another round, a party that
+    shared no keys): the round is refused before any unmask request, nothing of it is unmasked."""
 
 
 # ----------------------------------------------------------------------------------- encoding
@@ -393,6 +398,18 @@ class MaskedInput:
     y: np.ndarray
 
 
+@dataclass(frozen=True, eq=False)
+class MaskedSum:
+    """Step 3 merged on its way (an ingress shard, a Ray worker): the sum mod 2^B of the masked inputs
+    of ``names``. The server counts its names exactly as that many separate masked inputs
+    (:class:`MaskedInput`; their sum is what it adds up anyway)."""
+
+    job_id: str
+    round: int
+    names: tuple[str, ...]
+    y: np.ndarray
+
+
 @dataclass(frozen=True)
 class UnmaskRequest:
     """Step 4 request: who is counted (survivors) and who is not (dropped) in round ``round``."""
@@ -650,8 +667,9 @@ class SecAggClient:
 class _ServerRound:
     adverts: dict[str, KeyAdvert] = field(default_factory=dict)
     mask_sets: dict[str, set[str]] = field(default_factory=dict)  # receiver -> senders routed to it
-    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    total: np.ndarray | None = None  # the sum of the counted masked inputs, mod 2^64
     request: UnmaskRequest | None = None
+    refused: str = ""  # why the masked inputs could not be counted (the round is over)
 
 
 class SecAggServer:
@@ -681,20 +699,54 @@ class SecAggServer:
         st.mask_sets = {u: {e.sender for e in es} for u, es in out.items()}
         return out
 
-    def collect_masked(self, r: int, inputs: Iterable[MaskedInput]) -> UnmaskRequest:
-        """Step 3: the survivors are those whose masked input arrived; the rest of step 2 are dropped."""
+    def collect_masked(self, r: int, inputs: Iterable[MaskedInput | MaskedSum], length: int | None = None) -> UnmaskRequest:
+        """Step 3: the survivors are those whose masked input arrived, alone or inside a partial sum;
+        the rest of step 2 are dropped. Every input must be of this job and round, from parties that
+        shared keys, none counted twice, all of one length (``length`` if given): otherwise
+        :class:`MaskedInputError` and the round is over (no request, nothing unmasked, ever)."""
         st = self._r(r)
+        if st.refused:
+            raise MaskedInputError(st.refused)
         if st.request is not None:
             return st.request  # inputs arriving after this are late: never counted
-        for m in inputs:
-            if m.name in st.mask_sets and m.job_id == self.config.job_id and m.round == r:
-                st.inputs[m.name] = np.asarray(m.y, dtype=np.uint64)
-        surv = tuple(sorted(st.inputs))
+        try:
+            total, names = self._add_inputs(r, st, inputs, length)
+        except MaskedInputError as exc:
+            st.refused = str(exc)
+            raise
+        surv = tuple(sorted(names))
         if len(surv) < self.config.min_survivors:
             raise ReconstructionError(f"round {r}: {len(surv)} survivors < {self.config.min_survivors}; round aborted")
+        st.total = total
         st.request = UnmaskRequest(self.config.job_id, r, surv,
                                    tuple(sorted(set(st.mask_sets) - set(surv))))
         return st.request
+
+    def _add_inputs(self, r: int, st: _ServerRound, inputs: Iterable[MaskedInput | MaskedSum],
+                    length: int | None) -> tuple[np.ndarray | None, set[str]]:
+        """The sum mod 2^64 of every input and the union of their parties (checked, see collect_masked)."""
+        total: np.ndarray | None = None
+        names: set[str] = set()
+        for m in inputs:
+            who = (m.name,) if isinstance(m, MaskedInput) else tuple(m.names)
+            if m.job_id != self.config.job_id or m.round != r:
+                raise MaskedInputError(f"round {r}: a masked input of job {m.job_id!r} round {m.round} offered")
+            if not who:
+                raise MaskedInputError(f"round {r}: a partial sum of no party")
+            for w in who:
+                if w in names:
+                    raise MaskedInputError(f"round {r}: party {w!r} counted twice; round refused")
+                if w not in st.mask_sets:
+                    raise MaskedInputError(f"round {r}: a masked input of {w!r}, which shared no keys; round refused")
+                names.add(w)
+            y = np.asarray(m.y)
+            if y.dtype != np.uint64 or y.ndim != 1:
+                raise MaskedInputError(f"round {r}: a masked input is a 1-d uint64 array, got {y.dtype} {y.shape}")
+            want = length if length is not None else (y.size if total is None else total.size)
+            if y.size != want:
+                raise MaskedInputError(f"round {r}: a masked input of {y.size} words, {want} expected")
+            total = y.copy() if total is None else total + y
+        return total, names
 
     def unmask(self, r: int, responses: Iterable[UnmaskResponse]) -> np.ndarray:
         """Step 4: reconstruct b_v,r of survivors and s_u,r^SK of dropped parties, return the sum mod 2^B."""
@@ -712,12 +764,8 @@ class SecAggServer:
                 b_sh.setdefault(v, []).append(sh)
             for v, sh in resp.mask_key_shares.items():
                 s_sh.setdefault(v, []).append(sh)
-        d = next(iter(st.inputs.values())).size
-        if any(y.size != d for y in st.inputs.values()):
-            raise ReconstructionError("masked inputs of different lengths")
-        total = np.zeros(d, dtype=np.uint64)
-        for v in req.survivors:
-            total += st.inputs[v]
+        assert st.total is not None  # a request lists >= 1 survivor, so some input was counted
+        total = st.total.copy()
         masks = [(_reconstruct_secret(b_sh.get(v, []), t), True) for v in req.survivors]  # remove +PRG(b_v)
         surv = set(req.survivors)
         for u in req.dropped:

@@ -14,8 +14,9 @@ the algorithm skips (``skip_aborted``, the default), or raises :class:`RoundAbor
 """
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,11 +27,13 @@ from dpfed.core.errors import DpfedError
 from dpfed.federation import secagg as sa
 from dpfed.federation import secure_wire as sw
 
-__all__ = ["SecureGather", "RoundAborted", "Send"]
+__all__ = ["SecureGather", "RoundAborted", "Send", "SendMerged"]
 
 log = logging.getLogger("dpfed.coordinator")
 
 Send = Callable[[Mapping[str, Task]], Mapping[str, Answer]]
+Merge = Callable[[Task, Sequence[Aggregate]], Aggregate]
+SendMerged = Callable[[Mapping[str, Task], Merge], Sequence[Aggregate]]
 
 
 class RoundAborted(DpfedError, RuntimeError):
@@ -40,8 +43,11 @@ class RoundAborted(DpfedError, RuntimeError):
 class SecureGather:
     """``gather(task) -> [Aggregate]`` for a secure job over ``send`` (see module docstring)."""
 
-    def __init__(self, spec: JobSpec, half: PartyAlgorithm, send: Send, *, skip_aborted: bool = True) -> None:
+    def __init__(self, spec: JobSpec, half: PartyAlgorithm, send: Send, *, send_merged: SendMerged | None = None,
+                 skip_aborted: bool = True) -> None:
         self.spec, self.half, self.send, self.skip_aborted = spec, half, send, skip_aborted
+        self.send_merged = send_merged
+        self.masked_parts: list[int] = []  # per round: masked parts (inputs or partial sums) received
         self.aborted_rounds = 0
         self.params = secure_params(spec.params)
         self._configs: dict[int, sa.SecAggConfig] = {}
@@ -104,15 +110,22 @@ class SecureGather:
         inner = {sw.INNER + k: np.asarray(v) for k, v in task.arrays.items()}
         masked_meta = {"kind": task.kind, "params": dict(task.params)}
         d = plan.length
-        masked = self._answers(
-            {n: Task(job, r, sw.MASKED, masked_meta,
-                     {**inner, **{"env/" + k: v for k, v in sw.envelopes_to_arrays(boxes[n], roster).items()}})
-             for n in boxes},
-            lambda n, a: sa.MaskedInput(job, r, n, sw.unpack_masked(a, bits, d)))
+        tasks = {n: Task(job, r, sw.MASKED, masked_meta,
+                         {**inner, **{"env/" + k: v for k, v in sw.envelopes_to_arrays(boxes[n], roster).items()}})
+                 for n in boxes}
+        if self.send_merged is not None:
+            parts = list(self.send_merged(tasks, functools.partial(sw.merge_masked, bits=bits, length=d)))
+        else:
+            parts = [Aggregate(a, (n,)) for n, a in self.send(tasks).items() if n in tasks]
+        masked = self._masked(r, parts, bits, d)
+        self.masked_parts.append(len(masked))
         try:
-            req = server.collect_masked(r, masked.values())
+            req = server.collect_masked(r, masked, length=d)
+        except sa.MaskedInputError as exc:
+            raise RoundAborted(f"round {r} refused, nothing unmasked: {exc}") from None
         except sa.ReconstructionError as exc:
-            raise RoundAborted(f"round {r} aborted, nothing unmasked: {len(masked)} masked inputs, at least "
+            survivors = sum(len(m.names) for m in masked)
+            raise RoundAborted(f"round {r} aborted, nothing unmasked: {survivors} masked inputs, at least "
                                f"{self.params.min_survivors} survivors required ({exc})") from None
         self.last_request = req
         unmask_meta = {"kind": task.kind, "survivors": list(req.survivors), "dropped": list(req.dropped)}
@@ -130,6 +143,23 @@ class SecureGather:
         self.dropped_rounds += missing > 0
         self.survivors_seen_min = min(self.survivors_seen_min, len(req.survivors))
         return [Aggregate(arrays, tuple(req.survivors))]
+
+    def _masked(self, r: int, parts: Sequence[Aggregate], bits: int, d: int) -> list[sa.MaskedSum]:
+        """Step 3's parts as masked sums (:func:`~dpfed.federation.secure_wire.masked_part`): a party's
+        own malformed answer is a dropout (logged), a malformed partial sum refuses the round."""
+        out = []
+        for part in parts:
+            if not part.parties:
+                continue
+            try:
+                y = sw.masked_part(part, bits, d)
+            except ValueError as exc:
+                raise RoundAborted(f"round {r} refused, nothing unmasked: {exc}") from None
+            if y is None:
+                log.warning("job %s: malformed %s answer from %s dropped", self.spec.job_id, sw.MASKED, part.parties[0])
+                continue
+            out.append(sa.MaskedSum(self.spec.job_id, r, tuple(part.parties), y))
+        return out
 
     def summary(self) -> dict[str, Any]:
         """Facts for the job's report (JSON keys of ``dpfed simulate``)."""

@@ -13,12 +13,14 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from dpfed.algorithms.contract import Answer, JobSpec, Task
+from dpfed.algorithms.contract import Aggregate, Answer, JobSpec, Task
 from dpfed.algorithms.secure_noise import SECURE_KINDS, secure_params
 from dpfed.federation import secagg as sa
 
 __all__ = ["secagg_config", "pack_blobs", "unpack_blobs", "adverts_to_arrays", "adverts_from_arrays",
-           "envelopes_to_arrays", "envelopes_from_arrays", "pack_masked", "unpack_masked", "unmask_to_arrays",
+           "envelopes_to_arrays", "envelopes_from_arrays", "pack_masked", "unpack_masked", "masked_part",
+           "merge_masked",
+           "unmask_to_arrays",
            "unmask_from_arrays", "inner_task", "step_of", "INNER", "ADVERTISE", "SHARE", "MASKED", "UNMASK"]
 
 ADVERTISE, SHARE, MASKED, UNMASK = SECURE_KINDS
@@ -129,6 +131,48 @@ def unpack_masked(arrays: Mapping[str, np.ndarray], bits: int, size: int) -> np.
     if y.dtype != _word(bits) or y.shape != (size,):
         raise ValueError(f"a masked input is {size} words of {_word(bits)}")
     return y.astype(np.uint64)
+
+
+def masked_part(part: Aggregate, bits: int, length: int) -> np.ndarray | None:
+    """The vector of step 3's ``part`` (one party's masked input, or a partial sum of several), as uint64.
+
+    None for a part of one party that is not ``length`` words of B bits: that party dropped out, as
+    when its answer is parsed alone. A malformed part of several parties, or one naming a party twice,
+    is a ValueError: a partial sum cannot lose one party, so the round must not use it.
+    """
+    if len(set(part.parties)) != len(part.parties):
+        raise ValueError("a partial sum names a party twice")
+    try:
+        return unpack_masked(part.arrays, bits, length)
+    except (ValueError, KeyError, TypeError) as exc:
+        if len(part.parties) == 1:
+            return None
+        raise ValueError(f"a partial sum of {len(part.parties)} masked inputs is malformed: {exc}") from None
+
+
+def merge_masked(task: Task, parts: Sequence[Aggregate], *, bits: int, length: int) -> Aggregate:
+    """Step 3 merged on its way (an ingress shard, a Ray worker): the parts' masked vectors summed mod
+    2^B, for the union of their parties; the ``combine`` of a masked-input task, picklable as
+    ``functools.partial(merge_masked, bits=B, length=d)``, associative and commutative (a tree).
+
+    Malformed parts as in :func:`masked_part` (a party's own is left out, a partial sum's is a
+    ValueError); a party in two parts is a ValueError; parts of no party are skipped; with nothing
+    left the result is ``Aggregate({}, ())``.
+    """
+    total = np.zeros(int(length), dtype=np.uint64)
+    names: set[str] = set()
+    for part in parts:
+        y = masked_part(part, bits, length) if part.parties else None
+        if y is None:
+            continue
+        if not names.isdisjoint(part.parties):
+            raise ValueError("a party's masked input would be counted twice")
+        names.update(part.parties)
+        total += y
+    if not names:
+        return Aggregate({}, ())
+    total &= np.uint64((1 << bits) - 1)
+    return Aggregate(pack_masked(total, bits), tuple(sorted(names)))
 
 
 def unmask_to_arrays(resp: sa.UnmaskResponse, roster: Sequence[str]) -> Answer:
