@@ -14,8 +14,11 @@ id, one per party, a party that accepted the job) exactly as the single-process 
 and once all its parties have answered a round it merges their answers with the algorithm's
 ``combine`` (a sum for most releases) and hands the central driver **one partial aggregate per
 shard**: the driver combines O(shards) arrays per round, not O(parties) (a two-level reduction
-tree). Secure-aggregation steps, whose per-party answers the coordinator's SecAgg half needs one by
-one, are passed on per party (each already masked or public by construction).
+tree). Under secure aggregation the masked inputs are merged likewise, by the merge the central
+process sends with the round (a sum mod 2^B naming its parties,
+:func:`~dpfed.federation.secure_wire.merge_masked`): one masked partial sum per shard. The public
+SecAgg steps (keys, shares, unmask answers), which the SecAgg half needs party by party, are passed
+on per party.
 
 Heartbeats keep idle streams alive; stream open/close events go back to the central process
 through :meth:`IngressShard.events` (long-polled), so a party that drops is noticed as before.
@@ -84,8 +87,9 @@ class _Round:
     task: Task
     algorithm: str
     parties: frozenset[str]         # this shard's parties that must answer
-    per_party: bool                 # hand answers on one by one (secure aggregation steps)
+    per_party: bool                 # hand answers on one by one (public secure aggregation steps)
     tolerant: bool                  # a refusal is a dropout (secure aggregation), not a job failure
+    merge: Any = None               # this round's combine instead of the algorithm's (masked inputs)
     answers: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     receiving: set[str] = field(default_factory=set)
@@ -166,8 +170,9 @@ class IngressShard:
                     sess.outbox.put(m)
 
     def _op_expect(self, job_id: str, round_: int, task_id: str, task: Task, algorithm: str,
-                   parties: list[str], per_party: bool, tolerant: bool) -> None:
-        self._rounds[job_id] = _Round(round_, task_id, task, algorithm, frozenset(parties), per_party, tolerant)
+                   parties: list[str], per_party: bool, tolerant: bool, merge: Any = None) -> None:
+        self._rounds[job_id] = _Round(round_, task_id, task, algorithm, frozenset(parties), per_party, tolerant,
+                                      merge)
 
     def _op_ready(self, job_id: str, name: str, ready: bool) -> None:
         (self._ready.setdefault(job_id, set()).add if ready else self._ready.setdefault(job_id, set()).discard)(name)
@@ -214,7 +219,8 @@ class IngressShard:
 
         Returns ``complete`` (every party answered or refused), ``errors`` (party -> reason),
         ``missing`` (parties not yet in) and, once complete (or ``final``: the central process gave
-        up waiting), ``parts``: one combined :class:`Aggregate` or, per party, one each."""
+        up waiting), ``parts``: one combined :class:`Aggregate` (none if the merge left every answer
+        out) or, per party, one each."""
         deadline = time.monotonic() + wait
         with self._cond:
             while True:  # the round's expectation may still be on its way (another call path)
@@ -240,10 +246,11 @@ class IngressShard:
         if r.per_party:
             out["parts"] = parts
         else:
-            combine = self._combine.get(r.algorithm)
+            combine = r.merge or self._combine.get(r.algorithm)
             if combine is None:
                 combine = self._combine[r.algorithm] = load_algorithm(r.algorithm, self.s.plugins).combine
-            out["parts"] = [combine(r.task, parts)]
+            merged = combine(r.task, parts)
+            out["parts"] = [merged] if merged.parties else []
         return out
 
     @staticmethod

@@ -60,7 +60,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.rpc import Abort, caller, check_version, guard, guard_stream, outbox_stream, read_result, admit_result, check_session
 from coordinator.state import RESUMABLE_STATES, CheckpointError, JobRecord, StateStore
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task, jsonable
-from dpfed.algorithms.driver import drive
+from dpfed.algorithms.driver import Combine, drive
 from dpfed.algorithms.params import validate
 from dpfed.core import accounting
 from dpfed.data.schema import Schema
@@ -680,10 +680,9 @@ class Coordinator:
 
         def send(tasks: Mapping[str, Task]) -> dict[str, dict[str, np.ndarray]]:
             """One SecAgg step: a task per party; whoever refuses or is late has dropped out."""
-            self._broadcast(act, next(iter(tasks.values())), tasks)
             if self.pool is not None:
-                parts = self._collect(act, tasks, tolerant=True)
-                return {agg.parties[0]: dict(agg.arrays) for agg in parts}
+                return {agg.parties[0]: dict(agg.arrays) for agg in send_merged(tasks, None)}
+            self._broadcast(act, next(iter(tasks.values())), tasks)
             deadline = time.monotonic() + cfg.task_timeout
             with self._cond:
                 while not act.failure and not set(tasks) <= set(act.answers) | act.errors:
@@ -696,7 +695,14 @@ class Coordinator:
                 answers, act.answers, act.errors, act.complete = act.answers, {}, set(), True
             return answers
 
-        secure = SecureGather(spec, algo.party(), send) if is_secure(spec.params) else None
+        def send_merged(tasks: Mapping[str, Task], merge: Combine | None) -> list[Aggregate]:
+            """Coordinator on Ray: a SecAgg step whose answers each shard merges with ``merge`` (the
+            masked inputs: one partial sum per shard), or hands on per party (``merge`` None)."""
+            self._broadcast(act, next(iter(tasks.values())), tasks, merge=merge)
+            return self._collect(act, tasks, tolerant=True)
+
+        secure = SecureGather(spec, algo.party(), send, send_merged=send_merged if self.pool is not None else None) \
+            if is_secure(spec.params) else None
         act.tolerant = secure is not None
 
         def gather(task: Task) -> list[Aggregate]:
@@ -790,10 +796,12 @@ class Coordinator:
                     rec.refusals[p] = r.reason or "no reason given"
             self.store.save_job(rec)
 
-    def _broadcast(self, act: _Active, task: Task, per_party: Mapping[str, Task] | None = None) -> None:
+    def _broadcast(self, act: _Active, task: Task, per_party: Mapping[str, Task] | None = None,
+                   merge: Combine | None = None) -> None:
         """Put the task on the stream of every party that has accepted: a header part, then chunk groups
         (``per_party``: each listed party gets its own task of the same round and task id, e.g. a SecAgg
-        step). A party that is away gets it when it comes back and accepts again (:meth:`respond_job`)."""
+        step; ``merge``: the shards merge those answers with it). A party that is away gets it when it
+        comes back and accepts again (:meth:`respond_job`)."""
         cfg = self.config
         task_id = uuid.uuid4().hex
         ids = dict(version=PROTOCOL_VERSION, job_id=act.spec.job_id, round=int(task.round), task_id=task_id)
@@ -816,7 +824,7 @@ class Coordinator:
             act.round, act.task_id, act.answers, act.errors = int(task.round), task_id, {}, set()
             act.msgs, act.complete = out, False
             if self.pool is not None:
-                self._broadcast_to_shards(act, task, out, per_party is not None)
+                self._broadcast_to_shards(act, task, out, per_party is not None, merge)
                 return
             for p, msgs in out.items():
                 sess = self._sessions.get(p)
@@ -826,9 +834,12 @@ class Coordinator:
                 for m in msgs:
                     sess.outbox.put(m)
 
-    def _broadcast_to_shards(self, act: _Active, task: Task, out: Mapping[str, list], per_party: bool) -> None:
-        """Call with self._cond held: tell each shard which of its parties answer this round, then put
-        the task on the streams of those that accepted (one operation per shard and message list)."""
+    def _broadcast_to_shards(self, act: _Active, task: Task, out: Mapping[str, list], per_party: bool,
+                             merge: Combine | None = None) -> None:
+        """Call with self._cond held: tell each shard which of its parties answer this round and how it
+        merges their answers (the algorithm's combine; ``merge``; per party for a SecAgg step without
+        one), then put the task on the streams of those that accepted (one operation per shard and
+        message list)."""
         job = act.spec.job_id
         by_shard: dict[int, list[str]] = {}
         for p in out:
@@ -836,7 +847,8 @@ class Coordinator:
         header = Task(task.job_id, task.round, task.kind, task.params, {} if per_party else task.arrays)
         act.expects = {}
         for i, names in sorted(by_shard.items()):
-            act.expects[i] = (job, act.round, act.task_id, header, act.spec.algorithm, names, per_party, act.tolerant)
+            act.expects[i] = (job, act.round, act.task_id, header, act.spec.algorithm, names,
+                              per_party and merge is None, act.tolerant, merge)
             self.pool.submit(i, ("expect", *act.expects[i]))
             groups: dict[int, tuple[list[str], list]] = {}
             for p in names:

@@ -8,7 +8,7 @@ never one per party (a spy on the collect step); the model is the parties' mean 
 re-offered the job and resent its round through its shard; the shard refuses registration, job
 answers, operator and foreign-CA certificates, and the central process refuses results and streams
 of sharded sessions; a secure-aggregation job through the shards gives exactly the in-process model
-(the masks cancel; same seeds).
+(the masks cancel; same seeds) while the SecAgg server receives one masked partial sum per shard.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ pytest.importorskip("ray")
 
 from dpfed.algorithms.contract import JobSpec  # noqa: E402
 from dpfed.data.datasets import split_parties  # noqa: E402
+from dpfed.federation import secagg as sa  # noqa: E402
 from dpfed.federation.tls import channel_credentials  # noqa: E402
 from dpfed.simulation.grpc_local import run_grpc_simulation  # noqa: E402
 from dpfed.simulation.inprocess import run_inprocess  # noqa: E402
@@ -141,16 +142,30 @@ def test_shards_and_the_centre_refuse_the_wrong_calls(ray_cluster, tmp_path):
         server.stop()
 
 
-def test_secure_aggregation_through_shards_matches_in_process(ray_cluster, adult, tmp_path):
+def test_secure_aggregation_through_shards_matches_in_process(ray_cluster, adult, tmp_path, monkeypatch):
+    """Each shard merges its parties' masked inputs: the SecAgg server (in this process, spied on)
+    receives one masked partial sum per shard, of two parties each, never a party's own vector."""
     data = split_parties(adult.X_train, adult.y_train, 4, "iid", np.random.default_rng(0))
     params = {"epsilon": 1.0, "delta": 1e-6, "noise": "distributed", "secure_aggregation": True,
               "min_survivors": 3, "bits": 16}
     spec = JobSpec("secure-nb-shards", "naive-bayes", params, adult.schema)
+    masked_parts: list[list[tuple[str, ...]]] = []
+    collect = sa.SecAggServer.collect_masked
+
+    def spy(self, r, inputs, length=None):
+        inputs = list(inputs)
+        masked_parts.append([m.names for m in inputs])
+        return collect(self, r, inputs, length)
+
+    monkeypatch.setattr(sa.SecAggServer, "collect_masked", spy)
     t0 = time.monotonic()
     net = run_grpc_simulation(spec, data, seed=5, workdir=tmp_path / "sim", timeout=600, coordinator=SHARDS)
     assert time.monotonic() - t0 < 600
+    monkeypatch.undo()
     local = run_inprocess(spec, data, seed=5)
     assert net.summary["secure_aggregation"] is True and net.summary["dropped_rounds"] == 0
+    assert masked_parts and all(sorted(map(len, parts)) == [2, 2] for parts in masked_parts), masked_parts
+    assert all(sorted(n for p in parts for n in p) == [f"party-{i}" for i in range(4)] for parts in masked_parts)
     for k in ("class_count", "cat_log_prob", "num_mean", "num_var"):
         np.testing.assert_array_equal(net.model[k], local.model[k])
 
