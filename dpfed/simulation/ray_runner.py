@@ -21,13 +21,13 @@ In-memory ledgers cannot survive their process, so then a worker failure ends th
 
 Secure-aggregation jobs (``noise = "distributed"``, ``secure_aggregation``) run the four SecAgg
 steps of each round through :class:`~dpfed.federation.secure_gather.SecureGather` at the driver;
-its ``send`` groups the per-party tasks by the worker hosting each party, one call per worker, and
-the worker returns its parties' answers one by one (a refusal or simulated dropout is a missing
-answer). There is no tree combine for secure jobs: the coordinator side of SecAgg must know which
-masked inputs arrived (the survivors) to unmask, and masked vectors mod 2^B are uniform, so summing
-them in a worker would reveal nothing more but save only the driver's additions; per-party answers
-keep one code path with the in-process and gRPC runners. One simulated CA signs every party's
-SecAgg keys (made at the driver, passed to the workers).
+its ``send`` groups the per-party tasks by the worker hosting each party, one call per worker. The
+public steps (keys, shares, unmask answers) come back party by party (a refusal or simulated dropout
+is a missing answer); the masked inputs are merged in the worker by SecureGather's picklable merge
+(a sum mod 2^B naming its parties, :func:`~dpfed.federation.secure_wire.merge_masked`), so the
+driver receives one masked partial sum per worker, and the SecAgg server counts the union of their
+parties as the survivors. One simulated CA signs every party's SecAgg keys (made at the driver,
+passed to the workers).
 
 Transport is Ray's object store inside one trusted cluster, so this is a simulation backend, not a
 deployment between mutually distrusting owners (that is the gRPC / mutual-TLS path).
@@ -204,6 +204,11 @@ class PartyWorker:
         """Secure jobs: each named hosted party answers its own task; a refusal is a missing answer."""
         return dict(secure_send(self.sessions)(tasks))
 
+    def answer_merged(self, tasks: dict[str, Task], merge: Callable[[Task, list[Aggregate]], Aggregate]) -> Aggregate:
+        """Secure jobs, masked inputs: as :meth:`answer_each`, merged by ``merge`` (one partial sum)."""
+        answers = self.answer_each(tasks)
+        return merge(next(iter(tasks.values())), [Aggregate(a, (n,)) for n, a in answers.items()])
+
     def spent(self) -> dict[str, float]:
         return {p.name: p.ledger.spent(self.spec.job_id) for p in self.parties}
 
@@ -316,21 +321,25 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
             partials.append(len(parts))
             return parts
 
-        def send(tasks: Mapping[str, Task]) -> dict[str, Any]:
-            """SecureGather's transport: one call per worker with its parties' tasks, answers per party."""
+        def per_worker(tasks: Mapping[str, Task], method: str, *args: Any) -> list[Any]:
+            """SecureGather's transport: one call per worker with its parties' tasks."""
             calls: dict[Any, dict[str, Task]] = {}
             for name, t in tasks.items():
                 calls.setdefault(host[name], {})[name] = t
-            out: dict[str, Any] = {}
             try:
-                for part in ray.get([w.answer_each.remote(ts) for w, ts in calls.items()]):
-                    out.update(part)
+                out = ray.get([getattr(w, method).remote(ts, *args) for w, ts in calls.items()])
             except ray.exceptions.RayActorError as exc:
                 raise WorkerLost(f"a Ray worker died in a secure round ({type(exc).__name__})") from None
             partials.append(len(calls))
             return out
 
-        sg = SecureGather(spec, algo.party(), send) if secure else None
+        def send(tasks: Mapping[str, Task]) -> dict[str, Any]:
+            return {n: a for part in per_worker(tasks, "answer_each") for n, a in part.items()}
+
+        def send_merged(tasks: Mapping[str, Task], merge: Callable) -> list[Aggregate]:
+            return [agg for agg in per_worker(tasks, "answer_merged", merge) if agg.parties]
+
+        sg = SecureGather(spec, algo.party(), send, send_merged=send_merged) if secure else None
 
         rounds = drive(coord, gather if sg is None else sg, algo.combine,
                        on_round=None if progress is None else (lambda task, c: progress(c.progress)))

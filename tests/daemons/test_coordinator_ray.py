@@ -22,10 +22,10 @@ pytest.importorskip("ray")
 
 from dpfed.algorithms.contract import JobSpec  # noqa: E402
 from dpfed.data.datasets import split_parties  # noqa: E402
-from dpfed.federation import secagg as sa  # noqa: E402
 from dpfed.federation.tls import channel_credentials  # noqa: E402
 from dpfed.simulation.grpc_local import run_grpc_simulation  # noqa: E402
 from dpfed.simulation.inprocess import run_inprocess  # noqa: E402
+from masked_spy import spy_masked_parts  # noqa: E402
 from net_helpers import (  # noqa: E402
     SCHEMA,
     ThreadParty,
@@ -149,15 +149,7 @@ def test_secure_aggregation_through_shards_matches_in_process(ray_cluster, adult
     params = {"epsilon": 1.0, "delta": 1e-6, "noise": "distributed", "secure_aggregation": True,
               "min_survivors": 3, "bits": 16}
     spec = JobSpec("secure-nb-shards", "naive-bayes", params, adult.schema)
-    masked_parts: list[list[tuple[str, ...]]] = []
-    collect = sa.SecAggServer.collect_masked
-
-    def spy(self, r, inputs, length=None):
-        inputs = list(inputs)
-        masked_parts.append([m.names for m in inputs])
-        return collect(self, r, inputs, length)
-
-    monkeypatch.setattr(sa.SecAggServer, "collect_masked", spy)
+    masked_parts = spy_masked_parts(monkeypatch)
     t0 = time.monotonic()
     net = run_grpc_simulation(spec, data, seed=5, workdir=tmp_path / "sim", timeout=600, coordinator=SHARDS)
     assert time.monotonic() - t0 < 600
