@@ -18,7 +18,8 @@ One round r (Bonawitz et al., Fig. 4, every key fresh per round):
    shared (threshold t) among the neighbours that advertised, in ChaCha20-Poly1305 envelopes keyed by
    HKDF(X25519(c_u, c_v)) with sender, receiver, job and round in the associated data.
 3. ``masked_input(r, x, envelopes)``: y = x + PRG(b_u,r) + sum_v sign(u, v) PRG(k_uv,r) mod 2^B,
-   k_uv,r = HKDF(X25519(s_u,r, s_v,r)), PRG = ChaCha20 keystream read as uint64.
+   k_uv,r = HKDF(X25519(s_u,r, s_v,r)), PRG = ChaCha20 keystream read as little-endian words of the
+   narrowest of 8, 16, 32, 64 bits holding B (:func:`mask_dtype`), added in that dtype.
 4. ``unmask(r, survivors, dropped)``: per neighbour, the share of b_v,r (v survived) or of s_v,r^SK
    (v dropped), never both; refused if the request contradicts an earlier one for r, or lists
    fewer than ``min_survivors`` survivors.
@@ -60,7 +61,7 @@ __all__ = [
     "SecAggConfig", "KeyAdvert", "Envelope", "MaskedInput", "MaskedSum", "UnmaskRequest", "UnmaskResponse",
     "SecAggClient", "SecAggServer",
     "PRIME", "shamir_split", "shamir_reconstruct", "harary_parameters", "neighbourhoods",
-    "expand_mask", "pairwise_seed",
+    "expand_mask", "mask_dtype", "pairwise_seed",
 ]
 
 PRIME = (1 << 521) - 1  # Mersenne prime: one field element holds a 32-byte secret
@@ -250,23 +251,43 @@ def neighbourhoods(parties: Sequence[str], degree: int | None, seed: bytes) -> d
 
 # ----------------------------------------------------------------------------------- masks
 
-_CHUNK = 1 << 16  # keystream words per step: a 512 KB buffer stays in cache and is reused
+_CHUNK = 1 << 16  # mask words per step: a buffer of at most 512 KB stays in cache and is reused
 _ZEROS = bytes(8 * _CHUNK)
 
 
+def mask_dtype(bits: int) -> np.dtype:
+    """The narrowest of uint8/16/32/64 with at least ``bits`` bits: the mask word read from the keystream
+    and the dtype of the masking arithmetic. It wraps mod 2^(8 * itemsize), a multiple of 2^B, so the
+    sum is exact mod 2^B and each word mod 2^B is uniform. (Words of ceil(B/8) bytes when that is 3, 5,
+    6 or 7 need unaligned strided reads, measured no faster than the next power of two.)"""
+    for nbytes in (1, 2, 4, 8):
+        if bits <= 8 * nbytes:
+            return np.dtype(f"u{nbytes}")
+    raise ValueError(f"bits must lie in [1, 64], got {bits}")
+
+
+def _clear_top(a: np.ndarray, bits: int) -> np.ndarray:
+    """a mod 2^bits in place (a no-op when the word has exactly ``bits`` bits); returns a."""
+    if bits < 8 * a.itemsize:
+        a &= a.dtype.type((1 << bits) - 1)
+    return a
+
+
 def _add_masks(acc: np.ndarray, masks: Sequence[tuple[bytes, bool]], round_: int) -> None:
-    """acc += sum of +-PRG(seed) mod 2^64 over (seed, negative) pairs; PRG = ChaCha20 keystream
-    (256-bit seed, nonce from ``round_``) read as little-endian uint64, chunk by chunk."""
+    """acc += sum of +-PRG(seed) mod 2^(8 * acc.itemsize) over (seed, negative) pairs; PRG = ChaCha20
+    keystream (256-bit seed, nonce from ``round_``) read as little-endian words of acc's width (an
+    unsigned dtype, see :func:`mask_dtype`), chunk by chunk."""
+    w = acc.itemsize
     nonce = struct.pack("<QQ", 0, round_)  # 64-bit block counter (0) then the round as nonce
     encs = [(Cipher(algorithms.ChaCha20(seed, nonce), mode=None).encryptor(), neg) for seed, neg in masks]
-    buf = bytearray(8 * _CHUNK)
-    words = np.frombuffer(buf, dtype="<u8")
+    buf = bytearray(w * _CHUNK)
+    words = np.frombuffer(buf, dtype=f"<u{w}")
     zeros = memoryview(_ZEROS)
     for lo in range(0, acc.size, _CHUNK):
         n = min(_CHUNK, acc.size - lo)
         part = acc[lo:lo + n]
         for enc, neg in encs:
-            enc.update_into(zeros[: 8 * n], buf)
+            enc.update_into(zeros[: w * n], buf)
             if neg:
                 part -= words[:n]
             else:
@@ -274,12 +295,11 @@ def _add_masks(acc: np.ndarray, masks: Sequence[tuple[bytes, bool]], round_: int
 
 
 def expand_mask(seed: bytes, round_: int, d: int, bits: int) -> np.ndarray:
-    """d uint64 words of the ChaCha20 keystream (256-bit ``seed``, nonce from ``round_``) mod 2^bits."""
-    m = np.zeros(d, dtype=np.uint64)
+    """d masks mod 2^bits as uint64: the ChaCha20 keystream (256-bit ``seed``, nonce from ``round_``)
+    read as little-endian words of :func:`mask_dtype` (bits), the top bits cleared."""
+    m = np.zeros(d, dtype=mask_dtype(bits))
     _add_masks(m, [(seed, False)], round_)
-    if bits < 64:
-        m &= np.uint64((1 << bits) - 1)
-    return m
+    return _clear_top(m, bits).astype(np.uint64)
 
 
 def pairwise_seed(shared: bytes, job_id: str, round_: int, u: str, v: str) -> bytes:
@@ -615,12 +635,11 @@ class SecAggClient:
             raise ProtocolError(f"round {r}: only {len(held)} neighbours shared keys")
         pairs = [(pairwise_seed(st.s_sk.exchange(x25519.X25519PublicKey.from_public_bytes(st.adverts[v].s_pk)),
                                 self.config.job_id, r, self.name, v), v < self.name) for v in sorted(held)]
-        acc = x.astype(np.uint64, copy=True)
+        acc = x.astype(mask_dtype(bits))  # exact: x < 2^B
         _add_masks(acc, [(st.b, False)] + pairs, r)  # party u adds +m_uv if u < v, else -m_uv
-        if bits < 64:
-            acc &= np.uint64((1 << bits) - 1)
-        st.held, st.y, st.x_digest = held, acc, digest
-        return MaskedInput(self.config.job_id, r, self.name, acc.copy())
+        y = _clear_top(acc, bits).astype(np.uint64)
+        st.held, st.y, st.x_digest = held, y, digest
+        return MaskedInput(self.config.job_id, r, self.name, y.copy())
 
     def unmask(self, r: int, survivors: Sequence[str], dropped: Sequence[str]) -> UnmaskResponse:
         """Step 4: per neighbour either its b share (survivor) or its s^SK share (dropped), never both.
@@ -765,7 +784,7 @@ class SecAggServer:
             for v, sh in resp.mask_key_shares.items():
                 s_sh.setdefault(v, []).append(sh)
         assert st.total is not None  # a request lists >= 1 survivor, so some input was counted
-        total = st.total.copy()
+        total = st.total.astype(mask_dtype(bits))  # mod 2^(8 * itemsize): exact mod 2^B
         masks = [(_reconstruct_secret(b_sh.get(v, []), t), True) for v in req.survivors]  # remove +PRG(b_v)
         surv = set(req.survivors)
         for u in req.dropped:
@@ -777,6 +796,4 @@ class SecAggServer:
                 k = pairwise_seed(sk.exchange(x25519.X25519PublicKey.from_public_bytes(st.adverts[v].s_pk)), job, r, u, v)
                 masks.append((k, v < u))  # survivor v added +m_uv if v < u: remove it
         _add_masks(total, masks, r)
-        if bits < 64:
-            total &= np.uint64((1 << bits) - 1)
-        return total
+        return _clear_top(total, bits).astype(np.uint64)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import os
 
 import numpy as np
 import pytest
@@ -199,12 +200,12 @@ def test_late_input_of_dropped_party_stays_masked(pki):
     best = late.copy()
     for v in cfg.neighbours("p005"):
         pk = x25519.X25519PublicKey.from_public_bytes(clients[v].advertise_keys(0).s_pk)
-        m = sa.expand_mask(sa.pairwise_seed(priv.exchange(pk), cfg.job_id, 0, "p005", v), 0, d, 64)
+        m = sa.expand_mask(sa.pairwise_seed(priv.exchange(pk), cfg.job_id, 0, "p005", v), 0, d, 32)
         best = best - m if "p005" < v else best + m
     best &= np.uint64((1 << 32) - 1)
     # sanity of the attack: with b_p005,0 (held only by p005) the coordinator would have x exactly
     b = clients["p005"]._rounds[0].b
-    np.testing.assert_array_equal((best - sa.expand_mask(b, 0, d, 64)) & np.uint64((1 << 32) - 1), xs["p005"])
+    np.testing.assert_array_equal((best - sa.expand_mask(b, 0, d, 32)) & np.uint64((1 << 32) - 1), xs["p005"])
     assert _chi2_bytes(best, 4) > ALPHA and _chi2_bits(best, 32) > ALPHA and _chi2_bits(xs["p005"], 32) < ALPHA
     for n in req.survivors:  # honest parties refuse to call p005 a survivor of round 0 now
         with pytest.raises(sa.UnmaskRefused):
@@ -326,19 +327,77 @@ def test_second_different_input_in_a_round_is_refused(pki):
         c.masked_input(0, np.arange(1, 5, dtype=np.uint64), [])
 
 
-def test_mask_is_the_chacha20_keystream_mod_2_to_the_b():
-    """The chunked mask expansion equals one direct ChaCha20 keystream read as little-endian words
-    (d spans several chunks and a partial one), reduced mod 2^B; a negative mask cancels it."""
+WIDTHS = [8, 12, 16, 20, 32, 62]  # B: whole words of 1, 2, 4, 8 bytes and words with top bits to clear
+WORD_BYTES = {8: 1, 12: 2, 16: 2, 20: 4, 32: 4, 62: 8, 64: 8}  # the narrowest of 1, 2, 4, 8 bytes >= B bits
+
+
+@pytest.mark.parametrize("bits", sorted(WORD_BYTES))
+def test_mask_is_the_chacha20_keystream_mod_2_to_the_b(bits):
+    """The chunked mask expansion equals one direct ChaCha20 keystream cut into little-endian words of
+    WORD_BYTES[B] bytes (d spans several chunks and a partial one), each reduced mod 2^B; a negative
+    mask cancels it; another round gives another mask."""
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
-    d, seed = 3 * (1 << 16) + 5, bytes(range(32))
+    d, seed, w = 3 * (1 << 16) + 5, bytes(range(32)), WORD_BYTES[bits]
     nonce = (0).to_bytes(8, "little") + (7).to_bytes(8, "little")
-    ks = Cipher(algorithms.ChaCha20(seed, nonce), mode=None).encryptor().update(bytes(8 * d))
-    ref = [int.from_bytes(ks[8 * i:8 * i + 8], "little") for i in (0, 1, 65535, 65536, 131073, d - 1)]
-    m = sa.expand_mask(seed, 7, d, 20)
-    assert [int(m[i]) for i in (0, 1, 65535, 65536, 131073, d - 1)] == [v % (1 << 20) for v in ref]
-    np.testing.assert_array_equal(sa.expand_mask(seed, 7, d, 64), np.frombuffer(ks, dtype="<u8"))
-    acc = np.arange(d, dtype=np.uint64)
+    ks = Cipher(algorithms.ChaCha20(seed, nonce), mode=None).encryptor().update(bytes(w * d))
+    at = (0, 1, 65535, 65536, 131073, d - 1)
+    m = sa.expand_mask(seed, 7, d, bits)
+    assert m.dtype == np.uint64 and int(m.max()) < 1 << bits
+    assert [int(m[i]) for i in at] == [int.from_bytes(ks[w * i:w * i + w], "little") % (1 << bits) for i in at]
+    if bits == 8 * w:
+        np.testing.assert_array_equal(m, np.frombuffer(ks, dtype=f"<u{w}"))
+    acc = np.arange(d, dtype=sa.mask_dtype(bits))
     sa._add_masks(acc, [(seed, False), (seed, True)], 7)
-    np.testing.assert_array_equal(acc, np.arange(d, dtype=np.uint64))
-    assert not np.array_equal(sa.expand_mask(seed, 8, 16, 64), sa.expand_mask(seed, 7, 16, 64))
+    np.testing.assert_array_equal(acc, np.arange(d, dtype=sa.mask_dtype(bits)))
+    assert not np.array_equal(sa.expand_mask(seed, 8, 16, bits), sa.expand_mask(seed, 7, 16, bits))
+
+
+def _chi2_low_high(v: np.ndarray, bits: int) -> tuple[float, float]:
+    """p-values of the chi-square tests (2^k - 1 df, k = min(8, B)) that the low k bits, and the top k
+    bits of [0, 2^B), are uniform. A word with bits set above B lands in no bin of the second test:
+    its bins then fall short of their expected counts."""
+    k = min(8, bits)
+    exp = v.size / (1 << k)
+    out = []
+    for cell in (v & np.uint64((1 << k) - 1), v >> np.uint64(bits - k)):
+        counts = np.bincount(cell.astype(np.int64), minlength=1 << k)[: 1 << k]
+        out.append(float(chi2.sf(((counts - exp) ** 2 / exp).sum(), (1 << k) - 1)))
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("bits", WIDTHS)
+def test_masks_uniform_mod_2_to_the_b_and_the_test_rejects_uncleared_top_bits(bits, monkeypatch):
+    """2^18 masks of a fresh random seed: low and top 8 bits uniform (chi-square, alpha 1e-6 each, so a
+    false alarm at most 2e-6 per width). The same masks drawn with the top bits not cleared (the
+    clearing broken on purpose) fail the top-bits test whenever the word has more than B bits; for
+    B = 8, 16, 32 the word is exactly B bits and there is nothing to clear."""
+    seed, d = os.urandom(32), 1 << 18
+    m = sa.expand_mask(seed, 3, d, bits)
+    low, high = _chi2_low_high(m, bits)
+    assert low > ALPHA and high > ALPHA, (seed.hex(), low, high)
+    monkeypatch.setattr(sa, "_clear_top", lambda a, b: a)
+    raw = sa.expand_mask(seed, 3, d, bits)
+    np.testing.assert_array_equal(raw & np.uint64((1 << bits) - 1), m)
+    if bits == 8 * WORD_BYTES[bits]:
+        np.testing.assert_array_equal(raw, m)
+    else:
+        assert int(raw.max()) >> bits and _chi2_low_high(raw, bits)[1] < ALPHA
+
+
+@pytest.mark.parametrize("bits", WIDTHS)
+def test_server_recomputes_the_partys_masks_for_each_width(pki, bits):
+    """8 parties, d one chunk plus 3: p002 drops before its input (the server recomputes its pairwise
+    masks with every survivor), p005 after it (not answering); the server removes each survivor's self
+    mask. The sum equals the survivors' sum mod 2^B computed with Python integers: one recomputed mask
+    word differing from the party's leaves a random residue there. Inputs near 2^B exercise the wrap."""
+    cfg = sa.SecAggConfig(f"job-width-{bits}", _names(8), bits=bits, min_survivors=4)
+    clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
+    gen = np.random.default_rng(bits)
+    d = (1 << 16) + 3
+    xs = {n: np.uint64((1 << bits) - 1) - gen.integers(0, min(1 << bits, 1 << 20), d, dtype=np.uint64)
+          for n in cfg.parties}
+    total, req, _ = _run_round(clients, server, 0, xs, before_input=["p002"], after_input=["p005"])
+    assert req.dropped == ("p002",) and "p005" in req.survivors
+    assert total.dtype == np.uint64
+    np.testing.assert_array_equal(total, _expected(xs, req.survivors, bits))
