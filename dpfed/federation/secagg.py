@@ -495,7 +495,7 @@ class _Round:
     envelopes: list[Envelope] | None = None
     b: bytes | None = None
     held: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)  # sender -> (s share, b share)
-    y: np.ndarray | None = None
+    y: np.ndarray | None = None  # the masked input as sent, in mask_dtype(B) words
     x_digest: bytes | None = None
     status: dict[str, str] = field(default_factory=dict)  # neighbour -> "survivor" | "dropped"
 
@@ -605,11 +605,12 @@ class SecAggClient:
         bits = self.config.bits
         if x.size and int(x.max()) >> bits:
             raise ValueError(f"x_mod has entries >= 2^{bits}")
-        digest = hashlib.sha256(x.tobytes()).digest()
+        acc = x.astype(mask_dtype(bits))  # exact (x < 2^B) and a fresh contiguous array
+        digest = hashlib.sha256(acc).digest()  # of x in B-bit words: equal iff the inputs are equal
         if st.y is not None:
             if digest != st.x_digest:
                 raise ProtocolError(f"round {r}: a second, different input (its mask would cancel)")
-            return MaskedInput(self.config.job_id, r, self.name, st.y.copy())
+            return MaskedInput(self.config.job_id, r, self.name, st.y.astype(np.uint64))
         held: dict[str, tuple[bytes, bytes]] = {}
         my_x = self.config.x_of(self.name)
         for e in envelopes:
@@ -635,11 +636,9 @@ class SecAggClient:
             raise ProtocolError(f"round {r}: only {len(held)} neighbours shared keys")
         pairs = [(pairwise_seed(st.s_sk.exchange(x25519.X25519PublicKey.from_public_bytes(st.adverts[v].s_pk)),
                                 self.config.job_id, r, self.name, v), v < self.name) for v in sorted(held)]
-        acc = x.astype(mask_dtype(bits))  # exact: x < 2^B
         _add_masks(acc, [(st.b, False)] + pairs, r)  # party u adds +m_uv if u < v, else -m_uv
-        y = _clear_top(acc, bits).astype(np.uint64)
-        st.held, st.y, st.x_digest = held, y, digest
-        return MaskedInput(self.config.job_id, r, self.name, y.copy())
+        st.held, st.y, st.x_digest = held, _clear_top(acc, bits), digest
+        return MaskedInput(self.config.job_id, r, self.name, acc.astype(np.uint64))
 
     def unmask(self, r: int, survivors: Sequence[str], dropped: Sequence[str]) -> UnmaskResponse:
         """Step 4: per neighbour either its b share (survivor) or its s^SK share (dropped), never both.

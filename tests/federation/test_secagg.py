@@ -327,6 +327,24 @@ def test_second_different_input_in_a_round_is_refused(pki):
         c.masked_input(0, np.arange(1, 5, dtype=np.uint64), [])
 
 
+
+@pytest.mark.parametrize("bits", [16, 62])
+def test_masking_leaves_the_input_alone_and_a_retry_resends_the_same_vector(pki, bits):
+    """Masking works in place on a copy: the caller's x is unchanged (B = 62: the same dtype as x), the
+    vector sent is the caller's to keep (zeroing it does not change what a retry of the round resends)."""
+    cfg = sa.SecAggConfig(f"job-retry-{bits}", _names(4), bits=bits, min_survivors=2)
+    clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
+    routed = server.route_adverts(0, [c.advertise_keys(0) for c in clients.values()])
+    boxes = server.route_envelopes(0, [e for n, c in clients.items() for e in c.share_keys(0, routed[n])])
+    x = np.arange(1000, dtype=np.uint64) * np.uint64(3)
+    y = clients["p000"].masked_input(0, x, boxes["p000"]).y
+    np.testing.assert_array_equal(x, np.arange(1000, dtype=np.uint64) * np.uint64(3))
+    first = y.copy()
+    y[:] = 0
+    again = clients["p000"].masked_input(0, x.copy(), boxes["p000"]).y
+    np.testing.assert_array_equal(again, first)
+    assert again.dtype == np.uint64 and int(first.max()) < 1 << bits and not np.array_equal(first, x)
+
 WIDTHS = [8, 12, 16, 20, 32, 62]  # B: whole words of 1, 2, 4, 8 bytes and words with top bits to clear
 WORD_BYTES = {8: 1, 12: 2, 16: 2, 20: 4, 32: 4, 62: 8, 64: 8}  # the narrowest of 1, 2, 4, 8 bytes >= B bits
 
