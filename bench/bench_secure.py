@@ -187,7 +187,8 @@ def main() -> None:
             f"party, against {row['plain'][1] / row['p'] * 1e3:.1f} ms for a plain party's whole answer); keys, masking "
             f"and unmasking alone are {rest / row['plain'][1]:.1f}x the plain round: keys (fresh signed X25519 keys, "
             f"Shamir shares and an envelope per neighbour, every round) {row['keys'][1] / row['plain'][1]:.1f}x, masking "
-            f"(one 8-byte ChaCha20 word per coordinate and neighbour plus the self mask, where the plain party draws "
+            f"(per neighbour two X25519 agreements, an envelope opened and one {sa.mask_dtype(row['bits']).itemsize}-byte "
+            f"ChaCha20 word per coordinate, B = {row['bits']}, plus the self mask, where the plain party draws "
             f"one Gaussian) {row['mask'][1] / row['plain'][1]:.1f}x.")
     head = (f"Secure vs plain round, best of {args.repeats} interleaved repeats (process CPU seconds, wall in "
             f"parentheses; every party and the coordinator in one process, one BLAS thread; {platform.machine()}, "
