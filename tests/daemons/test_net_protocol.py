@@ -100,7 +100,7 @@ def test_ids_replays_and_duplicates(net):
         for override, code in [(dict(job_id="job-nope"), grpc.StatusCode.NOT_FOUND),
                                (dict(task_id="f" * 32), grpc.StatusCode.NOT_FOUND),
                                (dict(round=1), grpc.StatusCode.FAILED_PRECONDITION),
-                               (dict(version=2), grpc.StatusCode.FAILED_PRECONDITION)]:
+                               (dict(version=PROTOCOL_VERSION + 1), grpc.StatusCode.FAILED_PRECONDITION)]:
             parts = _answer_parts(token, task0, spec, half, rng, X, **override)
             assert _err(lambda parts=parts: stub.SubmitResult(iter(parts), timeout=10)).code() == code, override
         # malformed chunks (wrong size) and a stream that never sends its last part
