@@ -355,6 +355,8 @@ def main() -> int:
     ap.add_argument("--mnist-epochs", type=float, default=0.5, help="epochs actually run (the job is extrapolated to 50)")
     ap.add_argument("--flower-parties", type=int, default=500)
     ap.add_argument("--skip-flower", action="store_true")
+    ap.add_argument("--startup-runs", type=int, default=3, help="start-up cells per backend (the table gives the "
+                    "median run of each and the range)")
     ap.add_argument("--skip-mnist", action="store_true")
     ap.add_argument("--cell", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--render-from", metavar="MD", help="re-render the tables from the raw cells of an earlier scale.md")
@@ -386,8 +388,9 @@ def main() -> int:
             for b in ("inproc", "ray"):
                 results.append(_run_cell(["round", b, str(p), str(args.rounds)]))
                 print(json.dumps(results[-1]), flush=True)
-        for b in ("inproc", "ray"):
-            results.append(_run_cell(["startup", b, "8"]))
+        for _ in range(args.startup_runs):  # alternating: both backends see the same stretch of load
+            for b in ("inproc", "ray"):
+                results.append(_run_cell(["startup", b, "8"]))
         if not args.skip_mnist:
             results.append(_run_cell(["mnist", str(args.mnist_parties), str(args.mnist_epochs)]))
         if not args.skip_flower:
@@ -427,8 +430,17 @@ def render(results: list[dict], cmd: str) -> str:
                         f"{f['wall']:.0f} s) | {f['seconds_per_round']:.3f} s ({1 / f['seconds_per_round']:.2f}) | | "
                         f"{_gib(f['peak_pss_bytes'])} | {f['parties']} | {f['load_before']:.1f} |")
     other = ["| measurement | result | load avg |", "|---|---|---|"]
-    st = {c["backend"]: c for c in results if c.get("cell") == "startup"}
-    if len(st) == 2 and all("error" not in c for c in st.values()):
+    runs: dict[str, list[dict]] = {}
+    for c in results:
+        if c.get("cell") == "startup" and "error" not in c:
+            runs.setdefault(c["backend"], []).append(c)
+    st = {b: sorted(cs, key=lambda c: c["wall"])[(len(cs) - 1) // 2] for b, cs in runs.items()}  # median run
+    if len(st) == 2:
+        n = min(len(cs) for cs in runs.values())
+        spread = "" if n < 2 else (f"; {n} runs each, Ray {min(c['wall'] for c in runs['ray']):.2f} to "
+                                   f"{max(c['wall'] for c in runs['ray']):.2f} s, in process "
+                                   f"{min(c['wall'] for c in runs['inproc']):.2f} to "
+                                   f"{max(c['wall'] for c in runs['inproc']):.2f} s, median shown")
         cpu = ""
         if all("cpu_seconds" in c for c in st.values()):
             cpu = (f"; CPU of every process {st['inproc']['cpu_seconds']:.1f} s / {st['ray']['cpu_seconds']:.1f} s: "
@@ -436,10 +448,10 @@ def render(results: list[dict], cmd: str) -> str:
                    "more wall")
         other.append(f"| whole 8-party naive Bayes job on Adult, start-up included: in process / Ray (local Ray started "
                      f"and stopped) | {st['inproc']['wall']:.2f} s / {st['ray']['wall']:.2f} s: Ray's overhead "
-                     f"{st['ray']['wall'] - st['inproc']['wall']:.1f} s{cpu} (accuracy {st['ray']['accuracy']:.3f} both: "
+                     f"{st['ray']['wall'] - st['inproc']['wall']:.1f} s{cpu}{spread} (accuracy {st['ray']['accuracy']:.3f} both: "
                      f"{st['inproc']['accuracy'] == st['ray']['accuracy']}) | {st['ray']['load_before']:.1f} |")
-    elif st:
-        other.append(f"| start-up, 8 parties | {list(st.values())} | |")
+    elif any(c.get("cell") == "startup" for c in results):
+        other.append(f"| start-up, 8 parties | {[c for c in results if c.get('cell') == 'startup']} | |")
     for m in (c for c in results if c.get("cell") == "mnist"):
         if "error" in m:
             other.append(f"| MNIST GLVQ | error: {m['error']} | |")
