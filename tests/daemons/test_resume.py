@@ -19,7 +19,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -36,14 +35,15 @@ from dpfed.cli import main
 from dpfed.core import accounting
 from dpfed.core.ledger import BudgetLedger
 from net_helpers import (
-    SUPPORT,
     ThreadParty,
     admin,
+    free_port,
     party_config,
     raw_stub,
     register,
     spawn_party,
     start_coordinator,
+    subprocess_env,
     wait_until,
 )
 from net_noisy_mean import NoisyMeanParty
@@ -58,14 +58,6 @@ def _ledger_ids(path) -> list[str]:
         return led.charge_ids()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env() -> dict:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(SUPPORT), *[p for p in sys.path if p]]))
 
 
 def _coordinator_toml(pki, root: Path, port: int, **extra) -> Path:
@@ -82,7 +74,8 @@ def _spawn_coordinator(toml: Path, log: Path) -> subprocess.Popen:
     """``dpfed coordinator serve`` as a real process; returns once it listens."""
     with open(log, "ab") as err:
         proc = subprocess.Popen([sys.executable, "-m", "dpfed.cli", "coordinator", "serve", "--config", str(toml),
-                                 "--log-level", "INFO"], env=_env(), stdout=subprocess.PIPE, stderr=err, text=True)
+                                 "--log-level", "INFO"], env=subprocess_env(), stdout=subprocess.PIPE, stderr=err,
+                                text=True)
     line = proc.stdout.readline()
     assert "listening on port" in line, f"coordinator did not start: {line!r}; see {log}"
     return proc
@@ -130,7 +123,7 @@ def _check_resumed(rec: dict, seen: int) -> None:
 
 
 def test_coordinator_killed_mid_job_resumes_at_no_extra_charge(pki, tmp_path):
-    port = _free_port()
+    port = free_port()
     toml = _coordinator_toml(pki, tmp_path, port, answer_timeout=60.0, accept_timeout=60.0)
     log = tmp_path / "coordinator.log"
     coord = _spawn_coordinator(toml, log)

@@ -106,6 +106,20 @@ class ThreadParty:
         self.daemon.close()
 
 
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def subprocess_env() -> dict:
+    """The environment for a daemon process: this process's import path plus the test plugins."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(SUPPORT), *[p for p in sys.path if p]]))
+
+
 def spawn_party(toml: Path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SUPPORT), *[p for p in sys.path if p]]))
     return subprocess.Popen([sys.executable, "-m", "party.daemon", "--config", str(toml), "--log-level", "WARNING"],

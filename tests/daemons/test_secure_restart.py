@@ -1,0 +1,104 @@
+"""A secure-aggregation job survives ``kill -9`` of the coordinator mid-job (issue 11).
+
+Four party daemon processes and a coordinator process over mutual TLS run distributed-noise GLVQ
+under SecAgg. The coordinator is killed in the middle of the job and started again on the same state
+directory: it resumes from its checkpoint and re-runs the interrupted round. The parties come back
+with new sessions, hence new SecAgg keys for that round, and each refuses to release a second masked
+input for a round whose masked input already left (its ledger holds one per round, ever): so the
+interrupted round is aborted with nothing unmasked (at most one aborted round), and every later round
+completes. Checked: the job ends with every planned round, at most one round aborted, one charge per
+party, **at most one recorded answer per round at every party** (no second masked input), finite
+prototypes.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from dpfed.core.ledger import BudgetLedger
+from dpfed.data.datasets import split_parties
+from net_helpers import admin, free_port, make_pki, subprocess_env, wait_until
+from party.config import write_config
+
+PARTIES, EPOCHS, RATE = 4, 2.0, 0.05
+ROUNDS = int(EPOCHS / RATE) + 1  # the initialisation round and the DP-SGD steps
+
+
+def _spawn_coordinator(toml: Path, log: Path) -> subprocess.Popen:
+    with open(log, "ab") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "dpfed.cli", "coordinator", "serve", "--config", str(toml)],
+                                env=subprocess_env(), stdout=subprocess.PIPE, stderr=err, text=True)
+    line = proc.stdout.readline()
+    assert "listening on port" in line, f"coordinator did not start: {line!r}; see {log}"
+    return proc
+
+
+def test_a_secure_job_resumes_after_the_coordinator_is_killed(segmentation, tmp_path):
+    ds = segmentation
+    pki = make_pki(tmp_path / "pki", parties=PARTIES)
+    port = free_port()
+    f = pki.files("coordinator")
+    toml = tmp_path / "coordinator.toml"
+    toml.write_text(f'listen = "127.0.0.1:{port}"\nstate_dir = "{tmp_path}/state"\n'
+                    f'[tls]\nca = "{f.ca}"\ncert = "{f.cert}"\nkey = "{f.key}"\n')
+    (tmp_path / "schema.json").write_text(ds.schema.to_json())
+    names = [f"party-{i}" for i in range(PARTIES)]
+    data = split_parties(ds.X, ds.y, PARTIES, "iid", np.random.default_rng(0))
+    coord = _spawn_coordinator(toml, tmp_path / "coordinator.log")
+    parties = []
+    try:
+        for name, (X, y) in zip(names, data, strict=True):
+            pdir = tmp_path / name
+            pdir.mkdir()
+            np.savez(pdir / "data.npz", X=X, y=y)
+            pf = pki.files(name)
+            write_config(pdir / "party.toml", {
+                "name": name, "coordinator": f"127.0.0.1:{port}", "data": str(pdir / "data.npz"),
+                "ledger": str(pdir / "ledger.sqlite"), "epsilon_limit": 2.0, "delta_limit": 1e-5,
+                "accountant": "rdp", "reconnect_seconds": 0.2, "schema_file": str(tmp_path / "schema.json"),
+                "exit_with_parent": True, "seed": 3, "min_survivors": 3,
+                "tls": {"ca": str(pf.ca), "cert": str(pf.cert), "key": str(pf.key)}})
+            parties.append(subprocess.Popen([sys.executable, "-m", "party.daemon", "--config",
+                                             str(pdir / "party.toml"), "--log-level", "WARNING"], env=subprocess_env(),
+                                            stdout=subprocess.DEVNULL, stderr=open(pdir / "party.log", "wb")))
+        with admin(pki, port) as adm:
+            wait_until(lambda: sum(p["connected"] for p in adm.status()["parties"]) == PARTIES, 120, "parties")
+            job = adm.submit_job("glvq", {"epsilon": 1.5, "delta": 1e-5, "epochs": EPOCHS, "sampling_rate": RATE,
+                                          "noise": "distributed", "secure_aggregation": True, "min_survivors": 3,
+                                          "bits": 16, "records": len(ds.X)}, parties=names, job_id="secure-killed")
+
+            def a_third() -> bool:
+                j = adm.status()["jobs"][0]
+                assert j["state"] in ("queued", "offering", "running"), j
+                return j["rounds"] >= ROUNDS // 3
+
+            wait_until(a_third, 300, "a third of the rounds")
+        os.kill(coord.pid, signal.SIGKILL)  # mid-job, very likely mid-round (four SecAgg steps per round)
+        coord.wait(timeout=10)
+        coord = _spawn_coordinator(toml, tmp_path / "coordinator.log")
+        with admin(pki, port) as adm:
+            rec = adm.wait(job, timeout=600, raise_on_failure=False)
+            model, _ = adm.get_model(job) if rec["state"] == "done" else ({}, None)
+    finally:
+        for p in parties:
+            p.terminate()
+        if coord.poll() is None:
+            coord.terminate()
+            coord.wait(timeout=10)
+        for p in parties:
+            p.wait(timeout=10)
+    assert rec["state"] == "done" and rec["rounds"] == ROUNDS, rec
+    assert rec["resumes"] >= 1 or rec["resumed_at"], rec
+    assert rec["summary"]["aborted_rounds"] <= 1 and rec["summary"]["secure_aggregation"] is True, rec["summary"]
+    assert np.all(np.isfinite(model["prototypes"]))
+    for name in names:
+        with BudgetLedger(tmp_path / name / "ledger.sqlite", epsilon_limit=2.0, delta_limit=1e-5,
+                          accountant="rdp") as led:
+            assert led.charge_ids() == ["secure-killed:plan"], name
+            rounds = [r for r, _, _ in led.answered_rounds("secure-killed")]
+            assert len(rounds) == len(set(rounds)) and max(rounds) == ROUNDS - 1, (name, rounds)
