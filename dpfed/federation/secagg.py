@@ -16,7 +16,9 @@ One round r (Bonawitz et al., Fig. 4, every key fresh per round):
    signature, so the coordinator cannot substitute keys (:class:`KeySubstitutionError`).
 2. ``share_keys(r, adverts)``: a fresh self-mask seed b_u,r and the mask key s_u,r^SK are Shamir
    shared (threshold t) among the neighbours that advertised, in ChaCha20-Poly1305 envelopes keyed by
-   HKDF(X25519(c_u, c_v)) with sender, receiver, job and round in the associated data.
+   HKDF(X25519(c_u, c_v)) with sender, receiver, job and round in the associated data. The same
+   agreement gives the key of v's envelope to u (HKDF info v -> u), kept for step 3 in the round's
+   state: one X25519 per neighbour and key pair per round (c here, s in step 3), erased by ``forget``.
 3. ``masked_input(r, x, envelopes)``: y = x + PRG(b_u,r) + sum_v sign(u, v) PRG(k_uv,r) mod 2^B,
    k_uv,r = HKDF(X25519(s_u,r, s_v,r)), PRG = ChaCha20 keystream read as little-endian words of the
    narrowest of 8, 16, 32, 64 bits holding B (:func:`mask_dtype`), added in that dtype.
@@ -118,6 +120,12 @@ def _lp(*parts: bytes | str | int) -> bytes:
 
 def _hkdf(secret: bytes, info: bytes) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
+
+
+def _agree(sk: x25519.X25519PrivateKey, pk: bytes) -> bytes:
+    """X25519(sk, pk) for a raw 32-byte public key: every key agreement of the protocol goes through
+    here (one per neighbour and key pair per round)."""
+    return sk.exchange(x25519.X25519PublicKey.from_public_bytes(pk))
 
 
 # ----------------------------------------------------------------------------------- Shamir
@@ -494,6 +502,7 @@ class _Round:
     adverts: dict[str, KeyAdvert] = field(default_factory=dict)  # verified neighbours' adverts
     envelopes: list[Envelope] | None = None
     b: bytes | None = None
+    open_keys: dict[str, bytes] = field(default_factory=dict)  # neighbour -> key of its envelope to me
     held: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)  # sender -> (s share, b share)
     y: np.ndarray | None = None  # the masked input as sent, in mask_dtype(B) words
     x_digest: bytes | None = None
@@ -583,10 +592,11 @@ class SecAggClient:
                                       serialization.NoEncryption())
         s_sh = shamir_split(int.from_bytes(s_raw, "big"), xs, t)
         b_sh = shamir_split(int.from_bytes(st.b, "big"), xs, t)
-        out = []
+        out, job = [], self.config.job_id
         for v, x, ss, bs in zip(holders, xs, s_sh, b_sh, strict=True):
-            key = _envelope_key(st.c_sk.exchange(x25519.X25519PublicKey.from_public_bytes(got[v].c_pk)),
-                                self.config.job_id, r, self.name, v)
+            shared = _agree(st.c_sk, got[v].c_pk)  # X25519(c_u, c_v): once per round, both directions
+            key = _envelope_key(shared, job, r, self.name, v)
+            st.open_keys[v] = _envelope_key(shared, job, r, v, self.name)  # erased with the round (forget)
             nonce = os.urandom(12)
             ct = ChaCha20Poly1305(key).encrypt(nonce, _share_bytes(x, ss) + _share_bytes(x, bs),
                                                _envelope_ad(self.config.job_id, r, self.name, v))
@@ -616,11 +626,9 @@ class SecAggClient:
         for e in envelopes:
             if e.receiver != self.name:
                 raise EnvelopeError(f"envelope for {e.receiver!r} delivered to {self.name!r}")
-            a = st.adverts.get(e.sender)
-            if a is None:
+            key = st.open_keys.get(e.sender)  # derived in share_keys: no second agreement
+            if key is None:
                 raise ProtocolError(f"round {r}: envelope from {e.sender!r}, whose keys I did not accept")
-            key = _envelope_key(st.c_sk.exchange(x25519.X25519PublicKey.from_public_bytes(a.c_pk)),
-                                self.config.job_id, r, e.sender, self.name)
             try:
                 pt = ChaCha20Poly1305(key).decrypt(e.nonce, e.ciphertext,
                                                    _envelope_ad(e.job_id, e.round, e.sender, e.receiver))
@@ -634,8 +642,8 @@ class SecAggClient:
             held[e.sender] = (ss, bs)
         if len(held) + 1 < self.config.threshold:
             raise ProtocolError(f"round {r}: only {len(held)} neighbours shared keys")
-        pairs = [(pairwise_seed(st.s_sk.exchange(x25519.X25519PublicKey.from_public_bytes(st.adverts[v].s_pk)),
-                                self.config.job_id, r, self.name, v), v < self.name) for v in sorted(held)]
+        pairs = [(pairwise_seed(_agree(st.s_sk, st.adverts[v].s_pk), self.config.job_id, r, self.name, v),
+                  v < self.name) for v in sorted(held)]
         _add_masks(acc, [(st.b, False)] + pairs, r)  # party u adds +m_uv if u < v, else -m_uv
         st.held, st.y, st.x_digest = held, _clear_top(acc, bits), digest
         return MaskedInput(self.config.job_id, r, self.name, acc.astype(np.uint64))
@@ -675,7 +683,8 @@ class SecAggClient:
         return UnmaskResponse(self.config.job_id, r, self.name, b_out, s_out)
 
     def forget(self, r: int) -> None:
-        """Erase the secrets of round ``r`` once the coordinator has finished it."""
+        """Erase the secrets of round ``r`` (keys, seeds, shares, envelope keys) once the coordinator
+        has finished it."""
         self._rounds.pop(r, None)
 
 
@@ -792,7 +801,7 @@ class SecAggServer:
             if pk != st.adverts[u].s_pk:
                 raise ReconstructionError(f"round {r}: reconstructed mask key of {u!r} does not match its advert")
             for v in sorted(v for v in surv if u in st.mask_sets.get(v, ())):
-                k = pairwise_seed(sk.exchange(x25519.X25519PublicKey.from_public_bytes(st.adverts[v].s_pk)), job, r, u, v)
+                k = pairwise_seed(_agree(sk, st.adverts[v].s_pk), job, r, u, v)
                 masks.append((k, v < u))  # survivor v added +m_uv if v < u: remove it
         _add_masks(total, masks, r)
         return _clear_top(total, bits).astype(np.uint64)

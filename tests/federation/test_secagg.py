@@ -10,6 +10,7 @@ import dataclasses
 import itertools
 import math
 import os
+import types
 
 import numpy as np
 import pytest
@@ -419,3 +420,127 @@ def test_server_recomputes_the_partys_masks_for_each_width(pki, bits):
     assert req.dropped == ("p002",) and "p005" in req.survivors
     assert total.dtype == np.uint64
     np.testing.assert_array_equal(total, _expected(xs, req.survivors, bits))
+
+
+# ------------------------------------------------------------------------------- key agreements per round
+
+
+class _CountingKey:
+    """An X25519 private key whose ``exchange`` calls are counted by its public key (the module's
+    ``x25519`` is swapped for a namespace handing these out: nothing of secagg's own code is hooked)."""
+
+    calls: dict[bytes, int] = {}
+
+    def __init__(self, real: x25519.X25519PrivateKey) -> None:
+        self.real = real
+        self.pub = real.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+    @classmethod
+    def generate(cls) -> _CountingKey:
+        return cls(x25519.X25519PrivateKey.generate())
+
+    @classmethod
+    def from_private_bytes(cls, raw: bytes) -> _CountingKey:
+        return cls(x25519.X25519PrivateKey.from_private_bytes(raw))
+
+    def public_key(self):
+        return self.real.public_key()
+
+    def private_bytes(self, *a, **kw) -> bytes:
+        return self.real.private_bytes(*a, **kw)
+
+    def exchange(self, peer) -> bytes:
+        _CountingKey.calls[self.pub] = _CountingKey.calls.get(self.pub, 0) + 1
+        return self.real.exchange(peer)
+
+
+def test_one_x25519_agreement_per_neighbour_and_key_pair_per_round(pki, monkeypatch):
+    """Harary graph, 20 parties, degree 6, two rounds: per party and round, X25519(c_u, c_v) once per
+    neighbour (in share_keys; masked_input opens v's envelope with the key kept from it) and
+    X25519(s_u, s_v) once per neighbour (in masked_input): 2k agreements, not 3k. The masked vectors
+    are bit for bit x + PRG(b_u) + sum_v sign PRG(HKDF(X25519(s_u, s_v))) with the agreement computed
+    here, and the sum is exact."""
+
+    monkeypatch.setattr(sa, "x25519", types.SimpleNamespace(X25519PrivateKey=_CountingKey,
+                                                            X25519PublicKey=x25519.X25519PublicKey))
+    cfg = sa.SecAggConfig("job-count", _names(20), bits=32, min_survivors=10, degree=6, threshold=3)
+    clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
+    gen = np.random.default_rng(11)
+    for r in range(2):
+        _CountingKey.calls.clear()
+        xs = {n: gen.integers(0, 1 << 32, 100, dtype=np.uint64) for n in cfg.parties}
+        adv = {n: c.advertise_keys(r) for n, c in clients.items()}
+        routed = server.route_adverts(r, adv.values())
+        boxes = server.route_envelopes(r, [e for n, c in clients.items() for e in c.share_keys(r, routed[n])])
+        after_share = dict(_CountingKey.calls)
+        ys = {n: clients[n].masked_input(r, xs[n], boxes[n]) for n in cfg.parties}
+        for n in cfg.parties:
+            k = len(cfg.neighbours(n))
+            assert k == 6
+            assert after_share.get(adv[n].c_pk, 0) == k and after_share.get(adv[n].s_pk, 0) == 0
+            assert _CountingKey.calls.get(adv[n].c_pk, 0) == k, f"{n}: c agreements in round {r}"
+            assert _CountingKey.calls.get(adv[n].s_pk, 0) == k, f"{n}: s agreements in round {r}"
+            st = clients[n]._rounds[r]
+            want = xs[n] + sa.expand_mask(st.b, r, 100, 32)
+            for v in cfg.neighbours(n):
+                raw = st.s_sk.real.exchange(x25519.X25519PublicKey.from_public_bytes(adv[v].s_pk))
+                m = sa.expand_mask(sa.pairwise_seed(raw, cfg.job_id, r, n, v), r, 100, 32)
+                want = want + m if n < v else want - m
+            np.testing.assert_array_equal(ys[n].y, want & np.uint64((1 << 32) - 1))
+        req = server.collect_masked(r, ys.values())
+        total = server.unmask(r, [clients[n].unmask(r, req.survivors, req.dropped) for n in req.survivors])
+        np.testing.assert_array_equal(total, _expected(xs, cfg.parties, 32))
+        assert sum(_CountingKey.calls.values()) == 2 * 6 * 20  # unmasking with no dropout: no agreement
+
+
+def _secrets_reachable(root) -> set[bytes]:
+    """Every bytes object and raw X25519 private key reachable from ``root`` through containers and
+    instance attributes (types, modules and functions not followed)."""
+    found: set[bytes] = set()
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        o = stack.pop()
+        if id(o) in seen or isinstance(o, (type, types.ModuleType, types.FunctionType, np.ndarray)):
+            continue
+        seen.add(id(o))
+        if isinstance(o, bytes):
+            found.add(o)
+        elif isinstance(o, x25519.X25519PrivateKey):
+            found.add(o.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                      serialization.NoEncryption()))
+        elif isinstance(o, dict):
+            stack += list(o.keys()) + list(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            stack += list(o)
+        elif hasattr(o, "__dict__"):
+            stack.append(vars(o))
+    return found
+
+
+def test_forget_erases_the_kept_envelope_keys(pki):
+    """After round 0, p000 holds for each neighbour v the key of v's envelope to it (derived here from
+    v's side of X25519(c_v, c_p000)); forget(0) leaves none of them, nor the raw agreement, nor the
+    round's private keys, reachable from the client; round 1 still runs."""
+    cfg = sa.SecAggConfig("job-forget", _names(6), bits=32, min_survivors=3)
+    clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
+    xs = {n: np.arange(8, dtype=np.uint64) for n in cfg.parties}
+    _run_round(clients, server, 0, xs)
+    u, job = "p000", cfg.job_id
+    mine = clients[u]._rounds[0]
+    raw_priv = {k.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                serialization.NoEncryption()) for k in (mine.c_sk, mine.s_sk)}
+    c_pk = mine.advert.c_pk
+    open_keys, raws = set(), set()
+    for v in cfg.neighbours(u):
+        raw = clients[v]._rounds[0].c_sk.exchange(x25519.X25519PublicKey.from_public_bytes(c_pk))
+        raws.add(raw)
+        open_keys.add(sa._envelope_key(raw, job, 0, v, u))
+    before = _secrets_reachable(clients[u])
+    assert open_keys <= before and raw_priv <= before  # the search sees the cache and the round's keys
+    clients[u].forget(0)
+    leaked = (open_keys | raws | raw_priv) & _secrets_reachable(clients[u])
+    assert not leaked, f"{len(leaked)} secrets of round 0 still reachable after forget(0)"
+    assert 0 not in clients[u]._rounds
+    total, req, _ = _run_round(clients, server, 1, xs)
+    np.testing.assert_array_equal(total, _expected(xs, req.survivors, 32))
