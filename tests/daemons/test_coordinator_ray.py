@@ -59,6 +59,12 @@ def _connected(client, n: int) -> bool:
     return sum(p["connected"] for p in client.status()["parties"]) >= n
 
 
+def _register(stub, name: str) -> pb.RegisterReply:
+    """Register ``name`` at the coordinator; the reply names the session and its ingress shard."""
+    return stub.Register(pb.RegisterRequest(version=PROTOCOL_VERSION, party=name, schema_json=SCHEMA.to_json(),
+                                            epsilon_limit=10.0, delta_limit=1e-6), timeout=20)
+
+
 def _shard_stub(pki, address: str, name: str, evil: bool = False):
     ch = grpc.secure_channel(address, channel_credentials(pki.files(name, evil)))
     return ch, pbg.PartyStub(ch)
@@ -108,9 +114,7 @@ def test_shards_and_the_centre_refuse_the_wrong_calls(ray_cluster, tmp_path):
     server = start_coordinator(pki, tmp_path / "state", **SHARDS)
     ch, stub = raw_stub(pki, server.port, "party-0")
     try:
-        reg = stub.Register(pb.RegisterRequest(version=PROTOCOL_VERSION, party="party-0",
-                                               schema_json=SCHEMA.to_json(), epsilon_limit=10.0, delta_limit=1e-6),
-                            timeout=20)
+        reg = _register(stub, "party-0")
         assert reg.shard.startswith("127.0.0.1:") and reg.shard != f"127.0.0.1:{server.port}"
         with pytest.raises(grpc.RpcError) as exc:  # streams and results go to the shard
             next(stub.TaskStream(pb.StreamRequest(version=PROTOCOL_VERSION, session=reg.session), timeout=10))
@@ -171,9 +175,7 @@ def test_a_certificate_revoked_at_the_coordinator_is_refused_by_its_shard(ray_cl
     server = start_coordinator(pki, tmp_path / "state", **SHARDS)
     ch, stub = raw_stub(pki, server.port, "party-1")
     try:
-        reg = stub.Register(pb.RegisterRequest(version=PROTOCOL_VERSION, party="party-1",
-                                               schema_json=SCHEMA.to_json(), epsilon_limit=10.0, delta_limit=1e-6),
-                            timeout=20)
+        reg = _register(stub, "party-1")
         sch, shard = _shard_stub(pki, reg.shard, "party-1")
         crl = certs.revoke("party-1", pki.root / "ca")
         shutil.copyfile(crl, pki.files("coordinator").ca.parent / "crl.pem")  # at the coordinator only
