@@ -59,11 +59,13 @@ def _child_commands() -> list[str]:
     return out
 
 
-def test_the_local_instance_runs_without_the_autoscaler_and_log_monitors(local_ray):
-    """init_local_ray starts Ray's head without its two Python daemons a simulation does not use."""
+def test_the_local_instance_runs_without_the_autoscaler_log_monitor_and_api_server(local_ray):
+    """init_local_ray starts Ray's head without the three Python daemons a simulation does not use
+    (the autoscaler monitor, the log monitor, the dashboard's API server), and the pool still runs."""
     cmds = _child_commands()
     assert any("gcs_server" in c for c in cmds) and any("raylet" in c for c in cmds)  # the instance is ours
     assert not [c for c in cmds if "log_monitor.py" in c or "autoscaler/_private/monitor.py" in c]
+    assert not [c for c in cmds if "dashboard/dashboard.py" in c]
 
 
 def test_pool_of_two_workers_hosts_300_parties_and_matches_the_flat_sum(local_ray, mushroom):
