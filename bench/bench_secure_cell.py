@@ -1,6 +1,7 @@
 """One Table-1 cell under secure aggregation, in process (Segmentation GMLVQ, epsilon 1.5, 5 parties,
 P_min 5, tuned lr 0.2 / clip 0.1). Run: ``python bench/bench_secure_cell.py BITS FOLD``; prints one JSON line.
-Results: bench/results/secure_table1.md."""
+Results: bench/results/secure_table1_session4.md (superseded by ``bench_lvq.py table --settings s16 ...``,
+which uses the Table-1 folds, seeds and hyperparameters of the other columns: bench/results/secure_table1.md)."""
 import json
 import sys
 import time
