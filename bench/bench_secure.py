@@ -8,13 +8,18 @@ wire encoding included: every answer goes through ``protos.codec`` and protobuf 
 * plain: each party clips its float64 d-vector (``clipping.clip_rows_l2``), adds Gaussian noise with
   ``mechanisms.float_gaussian`` (ChaCha20 ziggurat from SecureRNG, the DP-SGD path), serialises the
   float64 answer; the coordinator parses and sums the P answers.
-* secure: each party advertises fresh signed X25519 keys and Shamir-shares its seeds to its
-  neighbours (ChaCha20-Poly1305 envelopes, certificates checked): "keys"; clips and encodes its vector
-  (rotation without padding, conditional rounding, one exact discrete Gaussian share, mod 2^B:
-  ``distributed_noise.encode``): "encode"; masks it (``secagg``), packs B bits and serialises it:
-  "mask"; the coordinator parses the answers, collects the unmask shares and removes the masks:
-  "unmask"; and decodes (centre, times gamma, inverse rotation): "decode". The noise is planned
-  for epsilon 1, delta 1e-5, P_min = 0.7 P honest shares (``plan_distributed_noise``).
+* secure, once per job ("setup", not in the round): each party makes its long-term X25519 keys and
+  signs them, checks each neighbour's certificate and signature and computes two X25519 agreements
+  per neighbour (``SecAggClient``, ``verify_adverts``).
+* secure, per round: the coordinator routes the adverts, each party draws a fresh self-mask seed,
+  Shamir-shares it into ChaCha20-Poly1305 envelopes and derives its round's pairwise seeds
+  (``prepare_round``): "keys"; clips and encodes its vector (rotation without padding, conditional
+  rounding, one exact discrete Gaussian share, mod 2^B: ``distributed_noise.encode``): "encode";
+  masks it (``secagg``), packs B bits and serialises it: "mask"; the coordinator parses the answers,
+  the parties open their envelopes and answer the unmask request, the coordinator rebuilds the self
+  masks and removes the masks: "unmask"; and decodes (centre, times gamma, inverse rotation):
+  "decode". The noise is planned for epsilon 1, delta 1e-5, P_min = 0.7 P honest shares
+  (``plan_distributed_noise``).
 
 The algorithm's own computation (the gradient) is the same in both and left out, which makes the
 ratio the worst case. Also: one party's masking for d = 10^6 and 20 neighbours, and the upload (the
@@ -85,8 +90,9 @@ def secure_round(r: int, cfg: sa.SecAggConfig, clients: dict, xs: list[np.ndarra
     t0 = now()
     server = sa.SecAggServer(cfg)
     names = list(cfg.parties)
-    routed = server.route_adverts(r, [clients[n].advertise_keys(r) for n in names])
-    boxes = server.route_envelopes(r, [e for n in names for e in clients[n].share_keys(r, routed[n])])
+    routed = server.route_adverts(r, [clients[n].advert() for n in names])
+    for n in names:
+        clients[n].prepare_round(r, routed[n])
     t1 = now()
     t["keys"] += t1 - t0
     wire = []
@@ -94,15 +100,19 @@ def secure_round(r: int, cfg: sa.SecAggConfig, clients: dict, xs: list[np.ndarra
         t1 = now()
         enc = dn.encode(x, plan, seed=seed, rng=rng)  # clips inside
         t2 = now()
-        wire.append(to_wire(sw.pack_masked(clients[n].masked_input(r, enc, boxes[n]).y, plan.bits)))
+        wire.append(to_wire(sw.masked_to_arrays(clients[n].masked_input(r, enc, routed[n]), plan.bits, names)))
         t3 = now()
         t["encode"] += t2 - t1
         t["mask"] += t3 - t2
     t1 = now()
-    masked = [sa.MaskedInput(cfg.job_id, r, n, sw.unpack_masked(from_wire(msg), plan.bits, plan.dimension))
-              for n, msg in zip(names, wire)]
+    masked = []
+    for n, msg in zip(names, wire):
+        arrays = from_wire(msg)
+        masked.append(sa.MaskedInput(cfg.job_id, r, n, sw.unpack_masked(arrays, plan.bits, plan.dimension),
+                                     tuple(sw.envelopes_from_arrays(arrays, cfg.job_id, r, names, prefix=sw.ENV))))
     req = server.collect_masked(r, masked)
-    total = server.unmask(r, [clients[n].unmask(r, req.survivors, req.dropped) for n in req.survivors])
+    total = server.unmask(r, [clients[n].unmask(r, req.survivors, req.dropped, server.envelopes_for(r, n))
+                              for n in req.survivors])
     t2 = now()
     dn.decode(total, plan, seed=seed)
     t3 = now()
@@ -111,8 +121,19 @@ def secure_round(r: int, cfg: sa.SecAggConfig, clients: dict, xs: list[np.ndarra
     for c in clients.values():
         c.forget(r)
     t["total"] = now() - t0
-    t["upload"] = sum(len(c) for c in wire[0])
+    t["upload"] = sum(len(c) for c in wire[0])  # the masked vector and the party's envelopes
     return t
+
+
+def setup(ca: bytes, certs: dict, cfg: sa.SecAggConfig) -> tuple[dict, np.ndarray]:
+    """The job's one-off key setup at every party: long-term keys and one signature each, then every
+    neighbour's advert checked and both agreements computed (what a job's first round adds)."""
+    t0 = now()
+    clients = {n: sa.SecAggClient(cfg, n, *certs[n], ca) for n in cfg.parties}
+    routed = sa.SecAggServer(cfg).route_adverts(0, [c.advert() for c in clients.values()])
+    for n, c in clients.items():
+        c.verify_adverts(0, routed[n])
+    return clients, now() - t0
 
 
 def compare(ca: bytes, certs: dict, p: int, d: int, bits: int, repeats: int) -> dict:
@@ -120,13 +141,13 @@ def compare(ca: bytes, certs: dict, p: int, d: int, bits: int, repeats: int) -> 
     pmin = max(2, (7 * p) // 10)
     cfg = sa.SecAggConfig(f"bench-secure-{p}", names, bits=bits, min_survivors=pmin,
                           corrupt_fraction=0.0, dropout_fraction=0.3)
-    clients = {n: sa.SecAggClient(cfg, n, *certs[n], ca) for n in names}
+    clients, setup_time = setup(ca, certs, cfg)
     gen = np.random.default_rng(0)
     xs = [gen.normal(size=d) * (2 * CLIP / np.sqrt(d)) for _ in names]  # norm ~2: every vector is clipped
     rngs = [SecureRNG.from_seed(i) for i in range(p)]
     plan = dn.plan_distributed_noise(1.0, 1e-5, clip=CLIP, dimension=d, bits=bits, parties=p, survivors_min=pmin)
     seed = b"bench-rotation"
-    secure_round(0, cfg, clients, xs, rngs, plan, seed)  # warms the certificate cache, as a job's first round
+    secure_round(0, cfg, clients, xs, rngs, plan, seed)  # warms up, as a job's first round
     plain_round(xs, rngs)
     plains, secures = [], []
     for r in range(1, repeats + 1):  # interleaved: both see the same machine load
@@ -134,7 +155,7 @@ def compare(ca: bytes, certs: dict, p: int, d: int, bits: int, repeats: int) -> 
         secures.append(secure_round(r, cfg, clients, xs, rngs, plan, seed))
     best = min(secures, key=lambda s: s["total"][1])  # by CPU time
     plain, plain_bytes = min(plains, key=lambda pl: pl[0][1])
-    return {"p": p, "d": d, "plain": plain, "plain_bytes": plain_bytes, **best,
+    return {"p": p, "d": d, "plain": plain, "plain_bytes": plain_bytes, **best, "setup": setup_time,
             "graph": "complete" if cfg.degree is None else f"Harary k={cfg.degree}", "bits": plan.bits}
 
 
@@ -143,14 +164,13 @@ def masking(ca: bytes, certs: dict, d: int, neighbours: int, bits: int, repeats:
                           min_survivors=neighbours // 2)
     clients = {n: sa.SecAggClient(cfg, n, *certs[n], ca) for n in cfg.parties}
     me = cfg.parties[0]
+    adverts = [c.advert() for c in clients.values()]
     x = np.arange(d, dtype=np.uint64) & np.uint64((1 << bits) - 1)
     best = np.full(2, np.inf)
     for r in range(repeats + 1):
-        adverts = [c.advertise_keys(r) for c in clients.values()]
-        envs = [e for c in clients.values() for e in c.share_keys(r, adverts) if e.receiver == me]
         t0 = now()
-        clients[me].masked_input(r, x, envs)
-        if r:
+        clients[me].masked_input(r, x, adverts)
+        if r:  # round 0 also verifies the adverts and agrees with every neighbour: once per job
             best = np.minimum(best, now() - t0)
     return best
 
@@ -165,8 +185,9 @@ def main() -> None:
     mask = masking(ca, certs, 10**6, 20, 16, args.repeats)
     load1 = os.getloadavg()
     lines = ["| parties, d | plain CPU s (wall) | secure CPU s (wall) | keys / encode / mask / unmask / decode CPU s "
-             "| ratio CPU (wall) | target | upload B = 16 / float64: payload (target <= 0.25); serialised |",
-             "|---|---|---|---|---|---|---|"]
+             "| ratio CPU (wall) | target | key setup per job CPU s (in rounds of the secure round) "
+             "| upload B = 16 / float64: payload (target <= 0.25); serialised |",
+             "|---|---|---|---|---|---|---|---|"]
     for row, target in zip(rows, (1.5, 2.0)):
         ratio = row["total"] / row["plain"]
         up = row["upload"] / row["plain_bytes"]
@@ -175,22 +196,26 @@ def main() -> None:
         lines.append(
             f"| P = {row['p']}, d = {row['d']:.3g} ({row['graph']}) | {row['plain'][1]:.3f} ({row['plain'][0]:.3f}) | "
             f"{row['total'][1]:.3f} ({row['total'][0]:.3f}) | {parts} | {ratio[1]:.1f}x ({ratio[0]:.1f}x) | "
-            f"<= {target}x {'met' if ratio[1] <= target else 'MISSED'} | {payload:.3f} "
+            f"<= {target}x {'met' if ratio[1] <= target else 'MISSED'} | {row['setup'][1]:.3f} "
+            f"({row['setup'][1] / row['total'][1]:.1f}) | {payload:.3f} "
             f"({'met' if payload <= 0.25 else 'MISSED'}); {up:.4f} ({row['upload']} / {row['plain_bytes']} bytes) |")
     lines.append(f"| one party's masking, d = 1e6, 20 neighbours, B = 16 | | {mask[1]:.3f} ({mask[0]:.3f}) | | | "
-                 f"<= 0.2 s {'met' if mask[1] <= 0.2 else 'MISSED'} | |")
+                 f"<= 0.2 s {'met' if mask[1] <= 0.2 else 'MISSED'} | | |")
     for row in rows:
         rest = row["total"][1] - row["encode"][1] - row["decode"][1]
         lines.append(
             f"\nP = {row['p']}, d = {row['d']:.3g}: encoding and decoding take {row['encode'][1] + row['decode'][1]:.3f} "
             f"of the secure round's {row['total'][1]:.3f} CPU s ({row['encode'][1] / row['p'] * 1e3:.1f} ms to encode per "
             f"party, against {row['plain'][1] / row['p'] * 1e3:.1f} ms for a plain party's whole answer); keys, masking "
-            f"and unmasking alone are {rest / row['plain'][1]:.1f}x the plain round: keys (fresh signed X25519 keys, "
-            f"Shamir shares, one X25519 agreement and an envelope per neighbour, every round) "
-            f"{row['keys'][1] / row['plain'][1]:.1f}x, masking (per neighbour one X25519 agreement, an envelope "
-            f"opened with the key kept from the keys step and one {sa.mask_dtype(row['bits']).itemsize}-byte "
-            f"ChaCha20 word per coordinate, B = {row['bits']}, plus the self mask, where the plain party draws "
-            f"one Gaussian) {row['mask'][1] / row['plain'][1]:.1f}x.")
+            f"and unmasking alone are {rest / row['plain'][1]:.1f}x the plain round: keys (a fresh self-mask seed "
+            f"Shamir-shared into one envelope per neighbour, one HKDF per neighbour for the round's pairwise seed and "
+            f"one for its envelope key) {row['keys'][1] / row['plain'][1]:.1f}x, masking (one "
+            f"{sa.mask_dtype(row['bits']).itemsize}-byte ChaCha20 word per coordinate and neighbour, B = {row['bits']}, "
+            f"plus the self mask, where the plain party draws one Gaussian) {row['mask'][1] / row['plain'][1]:.1f}x, "
+            f"unmasking (opening the envelopes, rebuilding P self-mask seeds, removing P self masks) "
+            f"{row['unmask'][1] / row['plain'][1]:.1f}x. The job's key setup (X25519 keys and one ECDSA signature per "
+            f"party, each neighbour's certificate and signature checked and two X25519 agreements per neighbour) "
+            f"costs {row['setup'][1]:.3f} CPU s once per job.")
     head = (f"Secure vs plain round, best of {args.repeats} interleaved repeats (process CPU seconds, wall in "
             f"parentheses; every party and the coordinator in one process, one BLAS thread; {platform.machine()}, "
             f"{os.cpu_count()} cores shared with other jobs, load average "

@@ -1,40 +1,67 @@
-"""Secure aggregation (SecAgg, Bonawitz et al. CCS 2017) over SecAgg+ graphs (Bell et al. CCS 2020).
+"""Secure aggregation (SecAgg, Bonawitz et al. CCS 2017) over SecAgg+ graphs (Bell et al. CCS 2020),
+with the key setup amortised over the job.
 
 Transport independent: small dataclasses of bytes, strings and numpy arrays, and two state
 machines, :class:`SecAggClient` (one per party and job) and :class:`SecAggServer` (the coordinator's
-aggregation). Threat model: a semi-honest coordinator colluding with fewer than ``threshold`` parties
-of any neighbourhood; it learns the sum of the survivors' inputs mod 2^B and nothing else about any
-single honest input. Not covered: malicious inputs (a party can add anything), traffic metadata
-(who sent what when), a coordinator that deviates from the protocol beyond what the parties check
-(below), and biased choice of the graph seed (it must come from the job specification).
+aggregation of one round). Threat model: a semi-honest coordinator colluding with fewer than
+``threshold`` parties of any neighbourhood; it learns the sum of the survivors' inputs mod 2^B and
+nothing else about any single honest input. Not covered: malicious inputs (a party can add anything),
+traffic metadata (who sent what when), a coordinator that deviates from the protocol beyond what the
+parties check (below: it could, for instance, call v dropped to v's neighbours and a survivor to
+others; the signed consistency round of Bonawitz et al.'s malicious variant is not implemented), and
+biased choice of the graph seed (it must come from the job specification).
 
-One round r (Bonawitz et al., Fig. 4, every key fresh per round):
+Once per job (per client: a party that restarts makes a new one, with new keys):
 
-1. ``advertise_keys(r)``: fresh X25519 pairs c (envelopes) and s (pairwise masks); both public keys
-   signed with the party's certificate key (ECDSA-SHA256 over job, name, round, keys). Every receiver
-   checks the certificate chain against the deployment CA, CN == name, OU == party and the
-   signature, so the coordinator cannot substitute keys (:class:`KeySubstitutionError`).
-2. ``share_keys(r, adverts)``: a fresh self-mask seed b_u,r and the mask key s_u,r^SK are Shamir
-   shared (threshold t) among the neighbours that advertised, in ChaCha20-Poly1305 envelopes keyed by
-   HKDF(X25519(c_u, c_v)) with sender, receiver, job and round in the associated data. The same
-   agreement gives the key of v's envelope to u (HKDF info v -> u), kept for step 3 in the round's
-   state: one X25519 per neighbour and key pair per round (c here, s in step 3), erased by ``forget``.
-3. ``masked_input(r, x, envelopes)``: y = x + PRG(b_u,r) + sum_v sign(u, v) PRG(k_uv,r) mod 2^B,
-   k_uv,r = HKDF(X25519(s_u,r, s_v,r)), PRG = ChaCha20 keystream read as little-endian words of the
+0. ``advert()``: long-term X25519 pairs c_u (envelopes) and s_u (pairwise masks), both public keys
+   signed with the party's certificate key (ECDSA-SHA256 over job, name and keys): one signature per
+   job. A receiver checks the certificate chain against the deployment CA, CN == name, OU == party and
+   the signature once per advert (cached by the advert's digest), so the coordinator cannot substitute
+   keys (:class:`KeySubstitutionError`); it computes X25519(c_u, c_v) and X25519(s_u, s_v) once per
+   neighbour and advert and keeps them for the job.
+
+One round r (two exchanges: masked input, unmask):
+
+1. ``masked_input(r, x, adverts)``: the coordinator sends u the current adverts of its neighbours
+   (and u's own, which must be u's current one: a restarted party refuses a round announced with its
+   old keys). u masks with exactly the listed neighbours A_u,r:
+   y = x + PRG(b_u,r) + sum_{v in A_u,r} sign(u, v) PRG(k_uv,r) mod 2^B, where
+   k_uv,r = HKDF(X25519(s_u, s_v); job, r, u, v in order) and b_u,r is a FRESH self-mask seed (OS
+   CSPRNG) Shamir-shared (threshold t) among A_u,r in ChaCha20-Poly1305 envelopes keyed by
+   HKDF(X25519(c_u, c_v); job, r, sender, receiver) with sender, receiver, job and round in the
+   associated data. The envelopes travel with y: if y arrives they do; if not, u is dropped and
+   b_u,r is never needed. PRG = ChaCha20 keystream (nonce from r) read as little-endian words of the
    narrowest of 8, 16, 32, 64 bits holding B (:func:`mask_dtype`), added in that dtype.
-4. ``unmask(r, survivors, dropped)``: per neighbour, the share of b_v,r (v survived) or of s_v,r^SK
-   (v dropped), never both; refused if the request contradicts an earlier one for r, or lists
-   fewer than ``min_survivors`` survivors.
+2. ``unmask(r, survivors, dropped, envelopes)``: for each neighbour v in A_u,r listed as a survivor,
+   u opens v's envelope and returns its share of b_v,r; for each listed as dropped it returns the
+   per-round pairwise seed k_uv,r itself. Never both for one v in one round; refused (nothing
+   revealed) with fewer than ``min_survivors`` survivors, with fewer than t of u's own neighbours
+   among them (then b_u,r could not be rebuilt anyway), a contradiction or a second different
+   request for r. The server rebuilds each survivor's b_v,r from t shares and removes the masks.
 
-Why s is fresh per round and not amortised over the job: the coordinator legitimately learns
-b_u,r for every round u survives; if s_u were shared over the job and u dropped in a later round,
-reconstructing s_u would unmask every earlier input of u. Per-round keys cost one signature, a
-few X25519 operations and ~170 bytes per neighbour; steps 1-2 of round r+1 can ride with steps 3-4
-of round r (each client keeps its state per round), so a round still costs two exchanges.
-Certificates are verified once per job (cached by fingerprint).
+Why this is safe (what the coordinator holds per round is what per-round keys gave it): k_uv,r is an
+HKDF output bound to the round, so revealing it for a dropped v unmasks nothing of any other round
+nor any other pair (HKDF as a PRF of the secret agreement), and the envelope keys are other HKDF
+outputs of another agreement. A party v declared dropped in round r: every honest neighbour refuses
+to return a share of b_v,r (it listed v as dropped, and answers r once), so the coordinator and
+fewer than t colluders hold < t shares, which are uniform and independent of b_v,r (Shamir); a
+late y_v minus every revealed k_vw,r is x_v + PRG(b_v,r): uniform. A survivor's b_u,r is rebuilt,
+but its pairwise seeds with surviving neighbours are never revealed (each honest neighbour reveals
+k_uv,r only for a v it was told dropped), so y_u alone stays masked by them; they cancel only in the
+sum. b_u,r is fresh each round: b of round r says nothing about round r'.
+
+What is given up against fresh keys per round: (a) a party's memory taken mid-job (or its long-term
+X25519 keys) exposes its pairwise seeds of every round of the job, not one round's (with per-round
+keys, only the current round's keys are alive); the self-mask seeds of finished rounds are erased by
+``forget`` and stay out of reach. (b) Dropout tolerance in the unmask step: a survivor that does not
+answer the unmask request while one of its neighbours dropped leaves its k_uv,r unrevealed, and the
+round is aborted (with per-round keys the dropped party's key was rebuilt from any t neighbours).
+(c) A restarted party (new keys) misses the rounds until its new advert reached its neighbours.
+Long-term keys are erased with the client (``close``, or the job's end).
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import hashlib
 import math
@@ -124,7 +151,7 @@ def _hkdf(secret: bytes, info: bytes) -> bytes:
 
 def _agree(sk: x25519.X25519PrivateKey, pk: bytes) -> bytes:
     """X25519(sk, pk) for a raw 32-byte public key: every key agreement of the protocol goes through
-    here (one per neighbour and key pair per round)."""
+    here (one per neighbour, key pair and advert: once per job)."""
     return sk.exchange(x25519.X25519PublicKey.from_public_bytes(pk))
 
 
@@ -390,10 +417,9 @@ class SecAggConfig:
 
 @dataclass(frozen=True)
 class KeyAdvert:
-    """Step 1 message: a party's public keys for one round, signed with its certificate key."""
+    """A party's long-term public keys for one job (one client), signed with its certificate key."""
 
     job_id: str
-    round: int
     name: str
     c_pk: bytes
     s_pk: bytes
@@ -401,12 +427,16 @@ class KeyAdvert:
     signature: bytes
 
     def signed_bytes(self) -> bytes:
-        return _lp(b"dpfed-secagg-advert-v1", self.job_id, self.round, self.name, self.c_pk, self.s_pk)
+        return _lp(b"dpfed-secagg-advert-v2", self.job_id, self.name, self.c_pk, self.s_pk)
+
+    def digest(self) -> bytes:
+        """SHA-256 of everything in the advert: the key of the receivers' verification cache."""
+        return hashlib.sha256(_lp(self.signed_bytes(), self.cert_pem, self.signature)).digest()
 
 
 @dataclass(frozen=True)
 class Envelope:
-    """Step 2 message: sender's shares for receiver, ChaCha20-Poly1305 under HKDF(X25519(c_u, c_v))."""
+    """Sender's share of b_sender,r for receiver, ChaCha20-Poly1305 under HKDF(X25519(c_u, c_v), r)."""
 
     job_id: str
     round: int
@@ -418,29 +448,31 @@ class Envelope:
 
 @dataclass(frozen=True, eq=False)
 class MaskedInput:
-    """Step 3 message: the masked vector (uint64 words < 2^B)."""
+    """Step 1 message: the masked vector (uint64 words < 2^B) and the sender's envelopes."""
 
     job_id: str
     round: int
     name: str
     y: np.ndarray
+    envelopes: tuple[Envelope, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
 class MaskedSum:
-    """Step 3 merged on its way (an ingress shard, a Ray worker): the sum mod 2^B of the masked inputs
-    of ``names``. The server counts its names exactly as that many separate masked inputs
-    (:class:`MaskedInput`; their sum is what it adds up anyway)."""
+    """Step 1 merged on its way (an ingress shard, a Ray worker): the sum mod 2^B of the masked inputs
+    of ``names`` and their envelopes. The server counts its names exactly as that many separate masked
+    inputs (:class:`MaskedInput`; their sum is what it adds up anyway)."""
 
     job_id: str
     round: int
     names: tuple[str, ...]
     y: np.ndarray
+    envelopes: tuple[Envelope, ...] = ()
 
 
 @dataclass(frozen=True)
 class UnmaskRequest:
-    """Step 4 request: who is counted (survivors) and who is not (dropped) in round ``round``."""
+    """Step 2 request: who is counted (survivors) and who is not (dropped) in round ``round``."""
 
     job_id: str
     round: int
@@ -450,13 +482,15 @@ class UnmaskRequest:
 
 @dataclass(frozen=True)
 class UnmaskResponse:
-    """Step 4 answer: shares of self-mask seeds b (survivors) and of mask keys s^SK (dropped)."""
+    """Step 2 answer: shares of the survivors' self-mask seeds b_v,r, and the responder's pairwise seeds
+    k_uv,r with its dropped neighbours v (never both for one v)."""
 
     job_id: str
     round: int
     name: str
     self_mask_shares: dict[str, bytes]
-    mask_key_shares: dict[str, bytes]
+    pairwise_seeds: dict[str, bytes]
+
 
 
 # ----------------------------------------------------------------------------------- certificates
@@ -495,25 +529,33 @@ class _CertCache:
 # ----------------------------------------------------------------------------------- client
 
 @dataclass
-class _Round:
-    c_sk: x25519.X25519PrivateKey
-    s_sk: x25519.X25519PrivateKey
+class _Peer:
+    """A neighbour's verified advert and the job's two agreements with it (kept for the job)."""
+
     advert: KeyAdvert
-    adverts: dict[str, KeyAdvert] = field(default_factory=dict)  # verified neighbours' adverts
-    envelopes: list[Envelope] | None = None
-    b: bytes | None = None
-    open_keys: dict[str, bytes] = field(default_factory=dict)  # neighbour -> key of its envelope to me
-    held: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)  # sender -> (s share, b share)
+    digest: bytes
+    c_shared: bytes  # X25519(c_u, c_v): envelope keys, HKDF per round and direction
+    s_shared: bytes  # X25519(s_u, s_v): pairwise seeds, HKDF per round
+
+
+@dataclass
+class _Round:
+    peers: dict[str, _Peer]  # A_u,r: the neighbours masked with in this round
+    b: bytes  # the fresh self-mask seed b_u,r
+    seeds: dict[str, bytes]  # v -> k_uv,r
+    envelopes: tuple[Envelope, ...]
     y: np.ndarray | None = None  # the masked input as sent, in mask_dtype(B) words
-    x_digest: bytes | None = None
-    status: dict[str, str] = field(default_factory=dict)  # neighbour -> "survivor" | "dropped"
+    x_digest: bytes = b""
+    request: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+    response: UnmaskResponse | None = None
 
 
 class SecAggClient:
-    """One party's side of secure aggregation for one job (Bonawitz et al. 2017, Fig. 4).
+    """One party's side of secure aggregation for one job (see the module docstring).
 
     ``cert_key_pem``/``cert_pem``: the party's certificate and its private key (EC P-256, PEM);
-    ``ca_cert_pem``: the deployment CA, against which every other party's keys are checked.
+    ``ca_cert_pem``: the deployment CA, against which every other party's keys are checked. The
+    long-term X25519 keys are made here and signed once.
     """
 
     def __init__(self, config: SecAggConfig, name: str, cert_pem: bytes, cert_key_pem: bytes,
@@ -522,93 +564,112 @@ class SecAggClient:
             raise ValueError(f"{name!r} is not in the job's roster")
         self.config, self.name = config, name
         self._certs = _CertCache(ca_cert_pem)
-        self._cert_pem = cert_pem
         key = serialization.load_pem_private_key(cert_key_pem, password=None)
         if not isinstance(key, ec.EllipticCurvePrivateKey):
             raise ValueError("the certificate key must be an EC key")
-        self._sign_key = key
         if self._certs.verify(cert_pem, name).public_numbers() != key.public_key().public_numbers():
             raise ValueError("the certificate does not match the private key")
-        self._rounds: dict[int, _Round] = {}
-
-    def _round(self, r: int) -> _Round:
-        st = self._rounds.get(r)
-        if st is None:
-            raise ProtocolError(f"round {r}: advertise_keys must come first")
-        return st
-
-    def advertise_keys(self, r: int) -> KeyAdvert:
-        """Step 1: fresh c and s key pairs for round ``r``, signed (repeated calls return the same)."""
-        if r in self._rounds:
-            return self._rounds[r].advert
-        if r < 0:
-            raise ValueError("rounds are non-negative")
-        c, s = x25519.X25519PrivateKey.generate(), x25519.X25519PrivateKey.generate()
+        self._c_sk: x25519.X25519PrivateKey | None = x25519.X25519PrivateKey.generate()
+        self._s_sk: x25519.X25519PrivateKey | None = x25519.X25519PrivateKey.generate()
         raw = lambda k: k.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)  # noqa: E731
-        unsigned = KeyAdvert(self.config.job_id, r, self.name, raw(c), raw(s), self._cert_pem, b"")
-        sig = self._sign_key.sign(unsigned.signed_bytes(), ec.ECDSA(hashes.SHA256()))
-        adv = KeyAdvert(unsigned.job_id, r, self.name, unsigned.c_pk, unsigned.s_pk, self._cert_pem, sig)
-        self._rounds[r] = _Round(c, s, adv)
-        return adv
+        unsigned = KeyAdvert(config.job_id, name, raw(self._c_sk), raw(self._s_sk), cert_pem, b"")
+        sig = key.sign(unsigned.signed_bytes(), ec.ECDSA(hashes.SHA256()))  # once per job
+        self._advert = dataclasses.replace(unsigned, signature=sig)
+        self._peers: dict[str, _Peer] = {}
+        self._rounds: dict[int, _Round] = {}
+        self._masked: set[int] = set()  # rounds masked (ever, in this client): never a second input
 
-    def _verify_advert(self, a: KeyAdvert, r: int) -> None:
-        if a.job_id != self.config.job_id or a.round != r:
-            raise KeySubstitutionError(f"advert of {a.name!r} is for job {a.job_id!r} round {a.round}, not this one")
+    def advert(self) -> KeyAdvert:
+        """This party's signed long-term public keys for the job (the same for every round)."""
+        return self._advert
+
+    def _keys(self) -> tuple[x25519.X25519PrivateKey, x25519.X25519PrivateKey]:
+        if self._c_sk is None or self._s_sk is None:
+            raise ProtocolError("the job's keys were erased (close)")
+        return self._c_sk, self._s_sk
+
+    def _peer(self, a: KeyAdvert) -> _Peer:
+        """The verified peer for advert ``a`` (checked and agreed once per advert, then cached)."""
+        digest = a.digest()
+        known = self._peers.get(a.name)
+        if known is not None and known.digest == digest:
+            return known
+        if a.job_id != self.config.job_id:
+            raise KeySubstitutionError(f"advert of {a.name!r} is for job {a.job_id!r}, not this one")
         pub = self._certs.verify(a.cert_pem, a.name)
         try:
             pub.verify(a.signature, a.signed_bytes(), ec.ECDSA(hashes.SHA256()))
         except InvalidSignature:
-            raise KeySubstitutionError(f"the keys advertised for {a.name!r} in round {r} are not signed by it") from None
+            raise KeySubstitutionError(f"the keys advertised for {a.name!r} are not signed by it") from None
+        mine = {self._advert.c_pk, self._advert.s_pk}
+        if a.c_pk == a.s_pk or {a.c_pk, a.s_pk} & mine:
+            raise KeySubstitutionError(f"the keys advertised for {a.name!r} repeat a key")
+        c_sk, s_sk = self._keys()
+        peer = _Peer(a, digest, _agree(c_sk, a.c_pk), _agree(s_sk, a.s_pk))  # once per neighbour and advert
+        self._peers[a.name] = peer
+        return peer
 
-    def share_keys(self, r: int, adverts: Iterable[KeyAdvert]) -> list[Envelope]:
-        """Step 2: verify the neighbours' adverts, Shamir-share s_u,r^SK and a fresh b_u,r among them."""
-        st = self._round(r)
-        if st.envelopes is not None:
-            return st.envelopes
+    def verify_adverts(self, r: int, adverts: Iterable[KeyAdvert]) -> dict[str, _Peer]:
+        """A_u,r: the listed neighbours, verified (once per advert: later calls hit the cache); my own
+        advert must be listed and current."""
         nbrs = set(self.config.neighbours(self.name))
-        got: dict[str, KeyAdvert] = {}
+        got: dict[str, _Peer] = {}
+        own = False
         for a in adverts:
             if a.name == self.name:
-                if a != st.advert:
-                    raise KeySubstitutionError(f"my own advert for round {r} came back altered")
+                if a != self._advert:
+                    raise KeySubstitutionError(f"round {r}: my advert came back altered or outdated "
+                                               "(keys of an earlier session?)")
+                own = True
                 continue
             if a.name not in nbrs:
                 continue
-            self._verify_advert(a, r)
-            if a.name in got and got[a.name] != a:
+            peer = self._peer(a)
+            if a.name in got and got[a.name].digest != peer.digest:
                 raise KeySubstitutionError(f"two different adverts for {a.name!r} in round {r}")
-            got[a.name] = a
-        keys = [st.advert.c_pk, st.advert.s_pk] + [k for a in got.values() for k in (a.c_pk, a.s_pk)]
+            got[a.name] = peer
+        if not own:
+            raise ProtocolError(f"round {r}: my own advert is not among the round's adverts")
+        keys = [k for p in got.values() for k in (p.advert.c_pk, p.advert.s_pk)]
         if len(set(keys)) != len(keys):
             raise KeySubstitutionError(f"round {r}: advertised public keys are not all distinct")
-        t = self.config.threshold
-        if len(got) < t:
-            raise ProtocolError(f"round {r}: {len(got)} neighbours advertised keys, threshold {t}")
-        st.adverts = got
-        st.b = os.urandom(_SECRET)
-        holders = sorted(got)
-        xs = [self.config.x_of(v) for v in holders]
-        s_raw = st.s_sk.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                                      serialization.NoEncryption())
-        s_sh = shamir_split(int.from_bytes(s_raw, "big"), xs, t)
-        b_sh = shamir_split(int.from_bytes(st.b, "big"), xs, t)
-        out, job = [], self.config.job_id
-        for v, x, ss, bs in zip(holders, xs, s_sh, b_sh, strict=True):
-            shared = _agree(st.c_sk, got[v].c_pk)  # X25519(c_u, c_v): once per round, both directions
-            key = _envelope_key(shared, job, r, self.name, v)
-            st.open_keys[v] = _envelope_key(shared, job, r, v, self.name)  # erased with the round (forget)
-            nonce = os.urandom(12)
-            ct = ChaCha20Poly1305(key).encrypt(nonce, _share_bytes(x, ss) + _share_bytes(x, bs),
-                                               _envelope_ad(self.config.job_id, r, self.name, v))
-            out.append(Envelope(self.config.job_id, r, self.name, v, nonce, ct))
-        st.envelopes = out
-        return out
+        if len(got) < self.config.threshold:
+            raise ProtocolError(f"round {r}: {len(got)} neighbours with keys, threshold {self.config.threshold}")
+        return got
 
-    def masked_input(self, r: int, x_mod: np.ndarray, envelopes: Iterable[Envelope]) -> MaskedInput:
-        """Step 3: open the envelopes addressed to me; y = x + PRG(b) + sum of signed pairwise masks."""
-        st = self._round(r)
-        if st.envelopes is None:
-            raise ProtocolError(f"round {r}: share_keys must come before masked_input")
+    def prepare_round(self, r: int, adverts: Iterable[KeyAdvert]) -> tuple[Envelope, ...]:
+        """The round's keys before its input: A_u,r verified, a fresh b_u,r Shamir-shared into envelopes,
+        the pairwise seeds k_uv,r. Called by :meth:`masked_input`; a repeat with the same adverts returns
+        the same envelopes; a round forgotten is never prepared again."""
+        if r < 0:
+            raise ValueError("rounds are non-negative")
+        peers = self.verify_adverts(r, adverts)
+        st = self._rounds.get(r)
+        if st is not None:
+            if {v: p.digest for v, p in peers.items()} != {v: p.digest for v, p in st.peers.items()}:
+                raise ProtocolError(f"round {r}: another neighbour set than before (the masks would not cancel)")
+            return st.envelopes
+        if r in self._masked:
+            raise ProtocolError(f"round {r} was masked and forgotten: never a second masked input")
+        job, t = self.config.job_id, self.config.threshold
+        b = os.urandom(_SECRET)
+        holders = sorted(peers)
+        shares = shamir_split(int.from_bytes(b, "big"), [self.config.x_of(v) for v in holders], t)
+        envs = []
+        for v, y_share in zip(holders, shares, strict=True):
+            key = _envelope_key(peers[v].c_shared, job, r, self.name, v)
+            nonce = os.urandom(12)
+            ct = ChaCha20Poly1305(key).encrypt(nonce, _share_bytes(self.config.x_of(v), y_share),
+                                               _envelope_ad(job, r, self.name, v))
+            envs.append(Envelope(job, r, self.name, v, nonce, ct))
+        seeds = {v: pairwise_seed(peers[v].s_shared, job, r, self.name, v) for v in holders}
+        self._rounds[r] = _Round(dict(peers), b, seeds, tuple(envs))
+        self._masked.add(r)
+        return tuple(envs)
+
+    def masked_input(self, r: int, x_mod: np.ndarray, adverts: Iterable[KeyAdvert]) -> MaskedInput:
+        """Step 1: y = x + PRG(b_u,r) + signed pairwise masks with the listed neighbours, and the
+        envelopes carrying the shares of the fresh b_u,r (a repeat returns the same message)."""
         x = np.asarray(x_mod)
         if x.dtype != np.uint64 or x.ndim != 1:
             raise ValueError("x_mod must be a 1-d uint64 array")
@@ -617,48 +678,49 @@ class SecAggClient:
             raise ValueError(f"x_mod has entries >= 2^{bits}")
         acc = x.astype(mask_dtype(bits))  # exact (x < 2^B) and a fresh contiguous array
         digest = hashlib.sha256(acc).digest()  # of x in B-bit words: equal iff the inputs are equal
+        self.prepare_round(r, adverts)
+        st = self._rounds[r]
         if st.y is not None:
             if digest != st.x_digest:
                 raise ProtocolError(f"round {r}: a second, different input (its mask would cancel)")
-            return MaskedInput(self.config.job_id, r, self.name, st.y.astype(np.uint64))
-        held: dict[str, tuple[bytes, bytes]] = {}
-        my_x = self.config.x_of(self.name)
-        for e in envelopes:
-            if e.receiver != self.name:
-                raise EnvelopeError(f"envelope for {e.receiver!r} delivered to {self.name!r}")
-            key = st.open_keys.get(e.sender)  # derived in share_keys: no second agreement
-            if key is None:
-                raise ProtocolError(f"round {r}: envelope from {e.sender!r}, whose keys I did not accept")
-            try:
-                pt = ChaCha20Poly1305(key).decrypt(e.nonce, e.ciphertext,
-                                                   _envelope_ad(e.job_id, e.round, e.sender, e.receiver))
-            except InvalidTag:
-                raise EnvelopeError(f"round {r}: envelope from {e.sender!r} fails authentication") from None
-            if e.job_id != self.config.job_id or e.round != r:
-                raise EnvelopeError(f"envelope for job {e.job_id!r} round {e.round} offered in round {r}")
-            ss, bs = pt[:_SHARE], pt[_SHARE:]
-            if len(bs) != _SHARE or _share_parse(ss)[0] != my_x or _share_parse(bs)[0] != my_x:
-                raise EnvelopeError(f"envelope from {e.sender!r} holds malformed shares")
-            held[e.sender] = (ss, bs)
-        if len(held) + 1 < self.config.threshold:
-            raise ProtocolError(f"round {r}: only {len(held)} neighbours shared keys")
-        pairs = [(pairwise_seed(_agree(st.s_sk, st.adverts[v].s_pk), self.config.job_id, r, self.name, v),
-                  v < self.name) for v in sorted(held)]
-        _add_masks(acc, [(st.b, False)] + pairs, r)  # party u adds +m_uv if u < v, else -m_uv
-        st.held, st.y, st.x_digest = held, _clear_top(acc, bits), digest
-        return MaskedInput(self.config.job_id, r, self.name, acc.astype(np.uint64))
+            return MaskedInput(self.config.job_id, r, self.name, st.y.astype(np.uint64), st.envelopes)
+        _add_masks(acc, [(st.b, False)] + [(st.seeds[v], v < self.name) for v in sorted(st.seeds)], r)  # +m_uv if u < v
+        st.y, st.x_digest = _clear_top(acc, bits), digest
+        return MaskedInput(self.config.job_id, r, self.name, acc.astype(np.uint64), st.envelopes)
 
-    def unmask(self, r: int, survivors: Sequence[str], dropped: Sequence[str]) -> UnmaskResponse:
-        """Step 4: per neighbour either its b share (survivor) or its s^SK share (dropped), never both.
+    def _open(self, st: _Round, r: int, e: Envelope) -> bytes:
+        """My share of b_{e.sender},r from its envelope (authenticated, addressed to me, this round)."""
+        if e.receiver != self.name:
+            raise EnvelopeError(f"envelope for {e.receiver!r} delivered to {self.name!r}")
+        if e.job_id != self.config.job_id or e.round != r:
+            raise EnvelopeError(f"envelope for job {e.job_id!r} round {e.round} offered in round {r}")
+        key = _envelope_key(st.peers[e.sender].c_shared, e.job_id, r, e.sender, self.name)
+        try:
+            pt = ChaCha20Poly1305(key).decrypt(e.nonce, e.ciphertext, _envelope_ad(e.job_id, r, e.sender, self.name))
+        except InvalidTag:
+            raise EnvelopeError(f"round {r}: envelope from {e.sender!r} fails authentication") from None
+        if len(pt) != _SHARE or _share_parse(pt)[0] != self.config.x_of(self.name):
+            raise EnvelopeError(f"envelope from {e.sender!r} holds a malformed share")
+        return pt
 
-        Refused (nothing revealed) if fewer than ``min_survivors`` survivors are listed, a party is
-        listed both ways, I am not a survivor, a neighbour is listed whose shares I never got, or
-        the request contradicts an earlier one for this round.
+    def unmask(self, r: int, survivors: Sequence[str], dropped: Sequence[str],
+               envelopes: Iterable[Envelope]) -> UnmaskResponse:
+        """Step 2: per neighbour I masked with, its b share (survivor, from its envelope) or our pairwise
+        seed k_uv,r (dropped), never both.
+
+        Refused (nothing revealed) if fewer than ``min_survivors`` survivors are listed, fewer than t
+        of my neighbours, a party is listed both ways, I am not a survivor, a neighbour is listed that I
+        did not mask with, or the request differs from an earlier one for this round.
         """
-        st = self._round(r)
-        if st.y is None:
-            raise UnmaskRefused(f"round {r}: I sent no masked input")
+        st = self._rounds.get(r)
+        if st is None or st.y is None:
+            raise UnmaskRefused(f"round {r}: I hold no masked input of this round")
         surv, drop = set(survivors), set(dropped)
+        request = (tuple(sorted(surv)), tuple(sorted(drop)))
+        if st.request is not None:
+            if request != st.request or st.response is None:
+                raise UnmaskRefused(f"round {r}: a second, different unmask request")
+            return st.response
         if len(surv) < self.config.min_survivors:
             raise TooFewSurvivors(f"round {r}: {len(surv)} survivors listed, at least "
                                   f"{self.config.min_survivors} required; nothing revealed")
@@ -670,22 +732,36 @@ class SecAggClient:
         if not (surv | drop) <= set(self.config.parties):
             raise UnmaskRefused(f"round {r}: unknown parties listed")
         nbrs = set(self.config.neighbours(self.name))
-        unknown = ((surv | drop) & nbrs) - set(st.held)
+        unknown = ((surv | drop) & nbrs) - set(st.peers)
         if unknown:
-            raise UnmaskRefused(f"round {r}: {sorted(unknown)} listed but never shared keys with me")
-        new = {v: ("survivor" if v in surv else "dropped") for v in (surv | drop) & nbrs}
-        clash = [v for v, s in new.items() if st.status.get(v, s) != s]
-        if clash:
-            raise UnmaskRefused(f"round {r}: request contradicts an earlier one for {sorted(clash)}")
-        st.status.update(new)
-        b_out = {v: st.held[v][1] for v, s in st.status.items() if s == "survivor"}
-        s_out = {v: st.held[v][0] for v, s in st.status.items() if s == "dropped"}
-        return UnmaskResponse(self.config.job_id, r, self.name, b_out, s_out)
+            raise UnmaskRefused(f"round {r}: {sorted(unknown)} listed but I did not mask with them")
+        if len(surv & set(st.peers)) < self.config.threshold:
+            raise UnmaskRefused(f"round {r}: {len(surv & set(st.peers))} of my neighbours listed as survivors, "
+                                f"threshold {self.config.threshold}: my self mask could not be rebuilt")
+        b_out: dict[str, bytes] = {}
+        for e in envelopes:  # opened (and checked) before anything is committed
+            if e.sender in surv and e.sender in st.peers and e.sender not in b_out:
+                b_out[e.sender] = self._open(st, r, e)
+        st.request = request  # from here on only this request is answered
+        st.response = UnmaskResponse(self.config.job_id, r, self.name, b_out,
+                                     {v: st.seeds[v] for v in sorted(drop & set(st.peers))})
+        return st.response
 
     def forget(self, r: int) -> None:
-        """Erase the secrets of round ``r`` (keys, seeds, shares, envelope keys) once the coordinator
-        has finished it."""
+        """Erase the secrets of round ``r`` (b_u,r, pairwise seeds, shares) once it is finished; the
+        round can never be masked again."""
         self._rounds.pop(r, None)
+
+    def forget_except(self, r: int) -> None:
+        """Erase the secrets of every round but ``r``."""
+        for q in [q for q in self._rounds if q != r]:
+            self.forget(q)
+
+    def close(self) -> None:
+        """The job is over: erase every round's secrets, the long-term keys and the agreements."""
+        self._rounds.clear()
+        self._peers.clear()
+        self._c_sk = self._s_sk = None
 
 
 # ----------------------------------------------------------------------------------- server
@@ -693,14 +769,16 @@ class SecAggClient:
 @dataclass
 class _ServerRound:
     adverts: dict[str, KeyAdvert] = field(default_factory=dict)
-    mask_sets: dict[str, set[str]] = field(default_factory=dict)  # receiver -> senders routed to it
+    mask_sets: dict[str, set[str]] = field(default_factory=dict)  # u -> A_u,r (routed to u)
     total: np.ndarray | None = None  # the sum of the counted masked inputs, mod 2^64
+    boxes: dict[str, list[Envelope]] = field(default_factory=dict)  # receiver -> survivors' envelopes
     request: UnmaskRequest | None = None
     refused: str = ""  # why the masked inputs could not be counted (the round is over)
 
 
 class SecAggServer:
-    """The coordinator's side: relays adverts and envelopes, collects masked inputs, unmasks the sum."""
+    """The coordinator's side of one round: routes adverts, collects masked inputs (with their envelopes),
+    unmasks the sum."""
 
     def __init__(self, config: SecAggConfig) -> None:
         self.config = config
@@ -710,34 +788,25 @@ class SecAggServer:
         return self._rounds.setdefault(r, _ServerRound())
 
     def route_adverts(self, r: int, adverts: Iterable[KeyAdvert]) -> dict[str, list[KeyAdvert]]:
-        """Step 1 relay: each advertising party receives its neighbours' adverts."""
+        """Each party with a known advert receives its own and its neighbours' (A_u,r, symmetric)."""
         st = self._r(r)
-        st.adverts = {a.name: a for a in adverts if a.job_id == self.config.job_id and a.round == r}
-        return {u: [st.adverts[v] for v in self.config.neighbours(u) if v in st.adverts] for u in st.adverts}
-
-    def route_envelopes(self, r: int, envelopes: Iterable[Envelope]) -> dict[str, list[Envelope]]:
-        """Step 2 relay: envelopes by receiver; only pairs that both shared keys are kept."""
-        by: dict[str, list[Envelope]] = {}
-        for e in envelopes:
-            by.setdefault(e.receiver, []).append(e)
-        senders = {e.sender for es in by.values() for e in es}
-        st = self._r(r)
-        out = {u: [e for e in by.get(u, []) if e.sender in senders] for u in senders}
-        st.mask_sets = {u: {e.sender for e in es} for u, es in out.items()}
-        return out
+        st.adverts = {a.name: a for a in adverts if a.job_id == self.config.job_id and a.name in self.config.parties}
+        st.mask_sets = {u: {v for v in self.config.neighbours(u) if v in st.adverts} for u in st.adverts}
+        return {u: [st.adverts[u]] + [st.adverts[v] for v in sorted(st.mask_sets[u])] for u in st.adverts}
 
     def collect_masked(self, r: int, inputs: Iterable[MaskedInput | MaskedSum], length: int | None = None) -> UnmaskRequest:
-        """Step 3: the survivors are those whose masked input arrived, alone or inside a partial sum;
-        the rest of step 2 are dropped. Every input must be of this job and round, from parties that
-        shared keys, none counted twice, all of one length (``length`` if given): otherwise
-        :class:`MaskedInputError` and the round is over (no request, nothing unmasked, ever)."""
+        """The survivors are those whose masked input arrived, alone or inside a partial sum; the rest
+        of the routed parties are dropped. Every input must be of this job and round, from routed
+        parties, none counted twice, all of one length (``length`` if given), its envelopes from its
+        own parties to their neighbours: otherwise :class:`MaskedInputError` and the round is over (no
+        request, nothing unmasked, ever)."""
         st = self._r(r)
         if st.refused:
             raise MaskedInputError(st.refused)
         if st.request is not None:
             return st.request  # inputs arriving after this are late: never counted
         try:
-            total, names = self._add_inputs(r, st, inputs, length)
+            total, names, envs = self._add_inputs(r, st, inputs, length)
         except MaskedInputError as exc:
             st.refused = str(exc)
             raise
@@ -745,15 +814,24 @@ class SecAggServer:
         if len(surv) < self.config.min_survivors:
             raise ReconstructionError(f"round {r}: {len(surv)} survivors < {self.config.min_survivors}; round aborted")
         st.total = total
-        st.request = UnmaskRequest(self.config.job_id, r, surv,
-                                   tuple(sorted(set(st.mask_sets) - set(surv))))
+        st.boxes = {u: [] for u in surv}
+        for e in envs:
+            if e.receiver in names:
+                st.boxes[e.receiver].append(e)
+        st.request = UnmaskRequest(self.config.job_id, r, surv, tuple(sorted(set(st.mask_sets) - set(surv))))
         return st.request
 
+    def envelopes_for(self, r: int, name: str) -> list[Envelope]:
+        """The survivors' envelopes addressed to ``name`` (sent with its unmask request)."""
+        return list(self._r(r).boxes.get(name, []))
+
     def _add_inputs(self, r: int, st: _ServerRound, inputs: Iterable[MaskedInput | MaskedSum],
-                    length: int | None) -> tuple[np.ndarray | None, set[str]]:
-        """The sum mod 2^64 of every input and the union of their parties (checked, see collect_masked)."""
+                    length: int | None) -> tuple[np.ndarray | None, set[str], list[Envelope]]:
+        """The sum mod 2^64 of every input, the union of their parties and their envelopes (checked,
+        see collect_masked)."""
         total: np.ndarray | None = None
         names: set[str] = set()
+        envs: list[Envelope] = []
         for m in inputs:
             who = (m.name,) if isinstance(m, MaskedInput) else tuple(m.names)
             if m.job_id != self.config.job_id or m.round != r:
@@ -764,8 +842,14 @@ class SecAggServer:
                 if w in names:
                     raise MaskedInputError(f"round {r}: party {w!r} counted twice; round refused")
                 if w not in st.mask_sets:
-                    raise MaskedInputError(f"round {r}: a masked input of {w!r}, which shared no keys; round refused")
+                    raise MaskedInputError(f"round {r}: a masked input of {w!r}, which was sent no keys; round refused")
                 names.add(w)
+            for e in m.envelopes:
+                if e.sender not in who or e.receiver not in st.mask_sets.get(e.sender, ()) or \
+                        e.job_id != self.config.job_id or e.round != r:
+                    raise MaskedInputError(f"round {r}: an envelope from {e.sender!r} to {e.receiver!r} does not "
+                                           "belong with its masked input; round refused")
+                envs.append(e)
             y = np.asarray(m.y)
             if y.dtype != np.uint64 or y.ndim != 1:
                 raise MaskedInputError(f"round {r}: a masked input is a 1-d uint64 array, got {y.dtype} {y.shape}")
@@ -773,35 +857,37 @@ class SecAggServer:
             if y.size != want:
                 raise MaskedInputError(f"round {r}: a masked input of {y.size} words, {want} expected")
             total = y.copy() if total is None else total + y
-        return total, names
+        return total, names, envs
 
     def unmask(self, r: int, responses: Iterable[UnmaskResponse]) -> np.ndarray:
-        """Step 4: reconstruct b_v,r of survivors and s_u,r^SK of dropped parties, return the sum mod 2^B."""
+        """Rebuild b_v,r of the survivors from t shares, take each survivor's revealed pairwise seeds with
+        its dropped neighbours, return the sum mod 2^B (:class:`ReconstructionError` if anything lacks)."""
         st = self._r(r)
         req = st.request
         if req is None:
             raise ProtocolError(f"round {r}: collect_masked first")
-        t, bits, job = self.config.threshold, self.config.bits, self.config.job_id
+        t, bits = self.config.threshold, self.config.bits
+        surv, drop = set(req.survivors), set(req.dropped)
         b_sh: dict[str, list[bytes]] = {}
-        s_sh: dict[str, list[bytes]] = {}
+        seeds: dict[tuple[str, str], bytes] = {}
         for resp in responses:
-            if resp.name not in req.survivors or resp.round != r:
+            if resp.name not in surv or resp.round != r or resp.job_id != self.config.job_id:
                 continue
             for v, sh in resp.self_mask_shares.items():
-                b_sh.setdefault(v, []).append(sh)
-            for v, sh in resp.mask_key_shares.items():
-                s_sh.setdefault(v, []).append(sh)
+                if v in surv:
+                    b_sh.setdefault(v, []).append(sh)
+            for v, k in resp.pairwise_seeds.items():
+                if v in drop and len(k) == _SECRET:
+                    seeds[(resp.name, v)] = k
         assert st.total is not None  # a request lists >= 1 survivor, so some input was counted
         total = st.total.astype(mask_dtype(bits))  # mod 2^(8 * itemsize): exact mod 2^B
         masks = [(_reconstruct_secret(b_sh.get(v, []), t), True) for v in req.survivors]  # remove +PRG(b_v)
-        surv = set(req.survivors)
-        for u in req.dropped:
-            sk = x25519.X25519PrivateKey.from_private_bytes(_reconstruct_secret(s_sh.get(u, []), t))
-            pk = sk.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-            if pk != st.adverts[u].s_pk:
-                raise ReconstructionError(f"round {r}: reconstructed mask key of {u!r} does not match its advert")
-            for v in sorted(v for v in surv if u in st.mask_sets.get(v, ())):
-                k = pairwise_seed(_agree(sk, st.adverts[v].s_pk), job, r, u, v)
-                masks.append((k, v < u))  # survivor v added +m_uv if v < u: remove it
+        for u in req.survivors:
+            for v in sorted(st.mask_sets.get(u, set()) & drop):
+                k = seeds.get((u, v))
+                if k is None:
+                    raise ReconstructionError(f"round {r}: survivor {u!r} did not reveal its pairwise seed with "
+                                              f"dropped {v!r}")
+                masks.append((k, u < v))  # survivor u added +m_uv if u < v: remove it
         _add_masks(total, masks, r)
         return _clear_top(total, bits).astype(np.uint64)

@@ -2,8 +2,11 @@
 
 Transport-agnostic: :class:`SecureGather` is given ``send``, a function that delivers one task per
 party (a mapping name -> task) and returns the answers that came back (name -> arrays; a party
-that did not answer, refused or failed is simply missing). For each algorithm task it runs the four
-SecAgg steps (Bonawitz et al. 2017, Fig. 4; :mod:`dpfed.federation.secagg`), tolerates dropouts
+that did not answer, refused or failed is simply missing). For each algorithm task it runs the SecAgg
+steps (Bonawitz et al. 2017 with keys per job, :mod:`dpfed.federation.secagg`): ``secagg/advertise``
+only to parties whose advert it lacks (all in the first round; again after a party missed a round:
+it may have restarted with new keys), ``secagg/masked`` with each party's and its neighbours'
+adverts, ``secagg/unmask`` with the survivors' envelopes to each survivor. It tolerates dropouts
 down to P_min survivors, and returns one :class:`~dpfed.algorithms.contract.Aggregate` whose arrays
 are the decoded real-valued sum (KLS21 Alg. 2: centre mod 2^B, times gamma, inverse rotation) and
 whose ``parties`` are the survivors. With fewer than P_min masked inputs the round is aborted before
@@ -57,6 +60,7 @@ class SecureGather:
         self.survivors_seen_min = self.params.parties
         self.last_request: sa.UnmaskRequest | None = None
         self.bits: set[int] = set()
+        self._adverts: dict[int, dict[str, sa.KeyAdvert]] = {}  # bits -> party -> its current advert
 
     def _config(self, bits: int) -> sa.SecAggConfig:
         if bits not in self._configs:
@@ -101,24 +105,26 @@ class SecureGather:
                 raise ValueError("an answer speaks for another party")
             return items[0]
 
-        adverts = self._answers({n: Task(job, r, sw.ADVERTISE, meta) for n in roster},
-                                lambda n, a: one(n, sw.adverts_from_arrays(a, job, r, roster)))
-        routed = server.route_adverts(r, adverts.values())
-        envs = self._answers({n: Task(job, r, sw.SHARE, meta, sw.adverts_to_arrays(routed[n], roster)) for n in routed},
-                             lambda n, a: _from(n, sw.envelopes_from_arrays(a, job, r, roster)))
-        boxes = server.route_envelopes(r, [e for es in envs.values() for e in es])
+        known = self._adverts.setdefault(bits, {})
+        need = [n for n in roster if n not in known]
+        if need:
+            known.update(self._answers({n: Task(job, r, sw.ADVERTISE, meta) for n in need},
+                                       lambda n, a: one(n, sw.adverts_from_arrays(a, job, roster))))
+        routed = server.route_adverts(r, known.values())
         inner = {sw.INNER + k: np.asarray(v) for k, v in task.arrays.items()}
         masked_meta = {"kind": task.kind, "params": dict(task.params)}
         d = plan.length
-        tasks = {n: Task(job, r, sw.MASKED, masked_meta,
-                         {**inner, **{"env/" + k: v for k, v in sw.envelopes_to_arrays(boxes[n], roster).items()}})
-                 for n in boxes}
+        tasks = {n: Task(job, r, sw.MASKED, masked_meta, {**inner, **sw.adverts_to_arrays(routed[n], roster, sw.ADV)})
+                 for n in routed}
         if self.send_merged is not None:
             parts = list(self.send_merged(tasks, functools.partial(sw.merge_masked, bits=bits, length=d)))
         else:
             parts = [Aggregate(a, (n,)) for n, a in self.send(tasks).items() if n in tasks]
         masked = self._masked(r, parts, bits, d)
         self.masked_parts.append(len(masked))
+        answered = {w for m in masked for w in m.names}
+        for n in set(tasks) - answered:  # it may have restarted with new keys: ask for its advert again
+            known.pop(n, None)
         try:
             req = server.collect_masked(r, masked, length=d)
         except sa.MaskedInputError as exc:
@@ -129,7 +135,9 @@ class SecureGather:
                                f"{self.params.min_survivors} survivors required ({exc})") from None
         self.last_request = req
         unmask_meta = {"kind": task.kind, "survivors": list(req.survivors), "dropped": list(req.dropped)}
-        resps = self._answers({n: Task(job, r, sw.UNMASK, unmask_meta) for n in req.survivors},
+        resps = self._answers({n: Task(job, r, sw.UNMASK, unmask_meta,
+                                       sw.envelopes_to_arrays(server.envelopes_for(r, n), roster, sw.ENV))
+                               for n in req.survivors},
                               lambda n, a: sw.unmask_from_arrays(a, job, r, n, roster))
         try:
             total = server.unmask(r, resps.values())
@@ -145,20 +153,26 @@ class SecureGather:
         return [Aggregate(arrays, tuple(req.survivors))]
 
     def _masked(self, r: int, parts: Sequence[Aggregate], bits: int, d: int) -> list[sa.MaskedSum]:
-        """Step 3's parts as masked sums (:func:`~dpfed.federation.secure_wire.masked_part`): a party's
-        own malformed answer is a dropout (logged), a malformed partial sum refuses the round."""
+        """Step 1's parts as masked sums with their envelopes (:func:`~dpfed.federation.secure_wire.masked_part`):
+        a party's own malformed answer is a dropout (logged), a malformed partial sum refuses the round."""
         out = []
+        job, roster = self.spec.job_id, self.params.roster
         for part in parts:
             if not part.parties:
                 continue
+            y, envs = None, None
             try:
                 y = sw.masked_part(part, bits, d)
-            except ValueError as exc:
-                raise RoundAborted(f"round {r} refused, nothing unmasked: {exc}") from None
-            if y is None:
-                log.warning("job %s: malformed %s answer from %s dropped", self.spec.job_id, sw.MASKED, part.parties[0])
+                envs = tuple(sw.envelopes_from_arrays(part.arrays, job, r, roster, prefix=sw.ENV))
+                if len(part.parties) == 1 and any(e.sender != part.parties[0] for e in envs):
+                    envs = None  # a party's answer holding another's envelopes: that party dropped out
+            except (ValueError, KeyError, TypeError) as exc:
+                if len(part.parties) > 1:
+                    raise RoundAborted(f"round {r} refused, nothing unmasked: {exc}") from None
+            if y is None or envs is None:
+                log.warning("job %s: malformed %s answer from %s dropped", job, sw.MASKED, part.parties[0])
                 continue
-            out.append(sa.MaskedSum(self.spec.job_id, r, tuple(part.parties), y))
+            out.append(sa.MaskedSum(job, r, tuple(part.parties), y, envs))
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -169,8 +183,3 @@ class SecureGather:
                 "dropouts": self.dropouts, "aborted_rounds": self.aborted_rounds,
                 "survivors_observed_min": self.survivors_seen_min}
 
-
-def _from(name: str, envs: list[sa.Envelope]) -> list[sa.Envelope]:
-    if any(e.sender != name for e in envs):
-        raise ValueError("an answer holds envelopes of another sender")
-    return envs

@@ -2,21 +2,26 @@
 
 Used by :class:`~dpfed.federation.session.PartySession` for jobs whose params say
 ``noise = "distributed"`` and ``secure_aggregation = true`` (every runner: party daemon, in-process,
-Ray). Each round r is four tasks (:mod:`dpfed.federation.secure_wire`), each answered once per
+Ray). A round r is at most three tasks (:mod:`dpfed.federation.secure_wire`), each answered once per
 (round, step) (a repeat of the same task gets the stored answer; anything older is refused):
 
-1. ``secagg/advertise``: fresh signed X25519 keys for round r (:class:`~dpfed.federation.secagg.SecAggClient`);
-2. ``secagg/share``: check the neighbours' signed keys against the CA, Shamir-share the round's secrets;
-3. ``secagg/masked``: check the algorithm's task against the charged plan, encode its per-record rows
-   (clip, rotate, scale, conditional rounding, one exact discrete Gaussian share planned for P_min
-   survivors and c colluders, mod 2^B: :mod:`dpfed.core.distributed_noise`), mask, record it
-   durably in the ledger (one masked input per round, ever: a restarted party never releases a
-   second one for the same round), send;
-4. ``secagg/unmask``: shares of self-mask seeds of survivors or mask keys of dropped parties, never
-   both for one party, never for fewer than P_min survivors.
+1. ``secagg/advertise`` (only when the coordinator lacks this session's keys: the first round, after
+   a restart or a dropout): the session's long-term X25519 keys, signed once per job
+   (:class:`~dpfed.federation.secagg.SecAggClient`);
+2. ``secagg/masked``: check the neighbours' signed keys against the CA (once per advert), check the
+   algorithm's task against the charged plan, encode its per-record rows (clip, rotate, scale,
+   conditional rounding, one exact discrete Gaussian share planned for P_min survivors and c
+   colluders, mod 2^B: :mod:`dpfed.core.distributed_noise`), mask with a fresh self mask and the
+   round's pairwise seeds, Shamir-share the self-mask seed into envelopes, record masked vector and
+   envelopes durably in the ledger (one masked input per round, ever: a restarted party never
+   releases a second one for the same round), send;
+3. ``secagg/unmask``: shares of the self-mask seeds of survivors, or the round's pairwise seeds with
+   dropped neighbours, never both for one party, never for fewer than P_min survivors; then the
+   round's secrets are erased.
 
-Keys are fresh per round (the SecAgg module explains why). The whole job was charged when it was
-accepted; nothing here spends outside that plan.
+``secagg/share`` is refused (protocol version 3 sends envelopes with the masked input). Keys are
+per job and session, self masks per round (the SecAgg module gives the security argument). The
+whole job was charged when it was accepted; nothing here spends outside that plan.
 """
 from __future__ import annotations
 
@@ -43,7 +48,7 @@ log = logging.getLogger("dpfed.party")
 class SecAggParty:
     """A party's secure-aggregation setup: its certificate and key (they sign its SecAgg keys), the
     deployment CA (checks everyone else's), the fewest survivors it accepts, and (SIMULATIONS ONLY)
-    the probability ``dropout`` of missing each secure round."""
+    the probability ``dropout`` of missing each secure round (from its masked input on)."""
 
     cert_pem: bytes
     key_pem: bytes
@@ -113,7 +118,9 @@ class SecureParty:
         if r not in self._drops:
             rng = self.dropout_rng or SecureRNG()
             u = rng.uniform(2)
-            self._drops = {r: 1 + int(u[1] * 3) if u[0] < self.setup.dropout else 4}
+            # a dropout misses the round from its masked input on: with keys per job, a survivor that
+            # misses the unmask step while a neighbour dropped would abort the round (secagg docstring)
+            self._drops = {r: 2 if u[0] < self.setup.dropout else 4}
         return self._drops[r]
 
     def answer(self, task: Task, digest: str, X: np.ndarray, y: np.ndarray | None) -> Answer:
@@ -162,25 +169,26 @@ class SecureParty:
         plan = self._plan(task)
         client = self._client(plan.noise.bits)
         if step == 0:
-            for old in [b for b in self._clients.values()]:
-                for q in range(r):  # erase earlier rounds' secrets
-                    old.forget(q)
-            return sw.adverts_to_arrays([client.advertise_keys(r)], roster)
+            return sw.adverts_to_arrays([client.advert()], roster)
         if step == 1:
-            adverts = sw.adverts_from_arrays(task.arrays, self.spec.job_id, r, roster)
-            return sw.envelopes_to_arrays(client.share_keys(r, adverts), roster)
+            raise TaskRejected(f"{sw.SHARE} is not a step of this protocol (envelopes travel with the masked input)")
         if step == 2:
-            envs = sw.envelopes_from_arrays(task.arrays, self.spec.job_id, r, roster, prefix="env/")
+            for old in self._clients.values():  # erase every other round's secrets
+                old.forget_except(r)
+            adverts = sw.adverts_from_arrays(task.arrays, self.spec.job_id, roster, prefix=sw.ADV)
             inner = sw.inner_task(task)
             plan = self.half.secure_plan(self.spec, inner)
             if plan is None or plan.noise.bits != client.config.bits:
                 raise TaskRejected(f"round {r}: the masked task does not match the advertised one")
             x = encode_rows(self.half.secure_rows(self.spec, inner, X, y, self.rng), plan, self.rng)
-            return sw.pack_masked(client.masked_input(r, x, envs).y, plan.noise.bits)
+            return sw.masked_to_arrays(client.masked_input(r, x, adverts), plan.noise.bits, roster)
         surv, drop = task.params.get("survivors"), task.params.get("dropped")
         if not (isinstance(surv, list) and isinstance(drop, list)):
             raise TaskRejected("an unmask task lists survivors and dropped parties")
-        return sw.unmask_to_arrays(client.unmask(r, [str(s) for s in surv], [str(d) for d in drop]), roster)
+        envs = sw.envelopes_from_arrays(task.arrays, self.spec.job_id, r, roster, prefix=sw.ENV)
+        out = sw.unmask_to_arrays(client.unmask(r, [str(s) for s in surv], [str(d) for d in drop], envs), roster)
+        client.forget(r)  # the answer is kept by answer(): a repeat gets it, nothing else is answered for r
+        return out
 
 
 def encode_rows(chunks: Any, plan: Any, rng: SecureRNG) -> np.ndarray:

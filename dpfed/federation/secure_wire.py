@@ -1,10 +1,14 @@
-"""SecAgg messages as task arrays: the four steps of a secure round over the existing wire format.
+"""SecAgg messages as task arrays: the steps of a secure round over the existing wire format.
 
-A secure round r is four tasks of round r (kinds :data:`~dpfed.algorithms.secure_noise.SECURE_KINDS`);
-their params are JSON, their arrays bytes as uint8 (variable-length blobs concatenated with an
-int64 length array), party names as int64 indices into the job's roster, and the masked vector
-packed in the smallest unsigned type that holds B bits (uint16 at B = 16: a quarter of float64).
-No proto change. Both the party session and the coordinator's :class:`SecureGather` use these.
+A secure round r is at most three tasks of round r (kinds :data:`~dpfed.algorithms.secure_noise.SECURE_KINDS`;
+``secagg/share`` is no longer used: the envelopes travel with the masked input): ``secagg/advertise``
+only for parties whose long-term advert the coordinator lacks, ``secagg/masked`` carrying the
+neighbours' adverts (arrays ``adv/*``) and answered with the masked vector and the envelopes
+(``env/*``), ``secagg/unmask`` carrying the envelopes addressed to the party. Params are JSON,
+arrays bytes as uint8 (variable-length blobs concatenated with an int64 length array), party names
+as int64 indices into the job's roster, and the masked vector packed in the smallest unsigned type
+that holds B bits (uint16 at B = 16: a quarter of float64). Both the party session and the
+coordinator's :class:`SecureGather` use these.
 """
 from __future__ import annotations
 
@@ -19,12 +23,15 @@ from dpfed.federation import secagg as sa
 
 __all__ = ["secagg_config", "pack_blobs", "unpack_blobs", "adverts_to_arrays", "adverts_from_arrays",
            "envelopes_to_arrays", "envelopes_from_arrays", "pack_masked", "unpack_masked", "masked_part",
-           "merge_masked",
+           "merge_masked", "masked_to_arrays", "ADV", "ENV",
            "unmask_to_arrays",
            "unmask_from_arrays", "inner_task", "step_of", "INNER", "ADVERTISE", "SHARE", "MASKED", "UNMASK"]
 
 ADVERTISE, SHARE, MASKED, UNMASK = SECURE_KINDS
 INNER = "task/"  # prefix of the algorithm task's arrays inside a masked-input task
+ADV = "adv/"  # prefix of the neighbours' adverts inside a masked-input task
+ENV = "env/"  # prefix of envelopes inside a masked-input answer and an unmask task
+_ENV_KEYS = ("from", "to", "nonce", "nonce_len", "ct", "ct_len")
 
 
 def step_of(kind: str) -> int:
@@ -79,29 +86,30 @@ def _index(names: Sequence[str], roster: Sequence[str]) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------ messages
 
-def adverts_to_arrays(adverts: Sequence[sa.KeyAdvert], roster: Sequence[str]) -> Answer:
-    """Adverts (one party's answer to step 1, or the neighbours' adverts of step 2)."""
-    out: Answer = {"who": _index([a.name for a in adverts], roster)}
+def adverts_to_arrays(adverts: Sequence[sa.KeyAdvert], roster: Sequence[str], prefix: str = "") -> Answer:
+    """Adverts (one party's answer to ``secagg/advertise``, or the adverts of a masked-input task)."""
+    out: Answer = {prefix + "who": _index([a.name for a in adverts], roster)}
     for key, get in (("c_pk", lambda a: a.c_pk), ("s_pk", lambda a: a.s_pk), ("cert", lambda a: a.cert_pem),
                      ("sig", lambda a: a.signature)):
-        out[key], out[key + "_len"] = pack_blobs([get(a) for a in adverts])
+        out[prefix + key], out[prefix + key + "_len"] = pack_blobs([get(a) for a in adverts])
     return out
 
 
-def adverts_from_arrays(arrays: Mapping[str, np.ndarray], job_id: str, round_: int,
-                        roster: Sequence[str]) -> list[sa.KeyAdvert]:
-    who = _names(arrays["who"], roster)
-    cols = [unpack_blobs(arrays[k], arrays[k + "_len"]) for k in ("c_pk", "s_pk", "cert", "sig")]
+def adverts_from_arrays(arrays: Mapping[str, np.ndarray], job_id: str, roster: Sequence[str],
+                        prefix: str = "") -> list[sa.KeyAdvert]:
+    a = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+    who = _names(a["who"], roster)
+    cols = [unpack_blobs(a[k], a[k + "_len"]) for k in ("c_pk", "s_pk", "cert", "sig")]
     if any(len(c) != len(who) for c in cols):
         raise ValueError("advert arrays disagree in length")
-    return [sa.KeyAdvert(job_id, round_, n, c, s, cert, sig) for n, c, s, cert, sig in zip(who, *cols, strict=True)]
+    return [sa.KeyAdvert(job_id, n, c, s, cert, sig) for n, c, s, cert, sig in zip(who, *cols, strict=True)]
 
 
-def envelopes_to_arrays(envs: Sequence[sa.Envelope], roster: Sequence[str]) -> Answer:
+def envelopes_to_arrays(envs: Sequence[sa.Envelope], roster: Sequence[str], prefix: str = "") -> Answer:
     out: Answer = {"from": _index([e.sender for e in envs], roster), "to": _index([e.receiver for e in envs], roster)}
     out["nonce"], out["nonce_len"] = pack_blobs([e.nonce for e in envs])
     out["ct"], out["ct_len"] = pack_blobs([e.ciphertext for e in envs])
-    return out
+    return {prefix + k: v for k, v in out.items()}
 
 
 def envelopes_from_arrays(arrays: Mapping[str, np.ndarray], job_id: str, round_: int,
@@ -124,6 +132,11 @@ def _word(bits: int) -> np.dtype:
 def pack_masked(y: np.ndarray, bits: int) -> Answer:
     """The masked vector in the smallest unsigned words holding B bits."""
     return {"y": np.asarray(y, dtype=np.uint64).astype(_word(bits))}
+
+
+def masked_to_arrays(m: sa.MaskedInput, bits: int, roster: Sequence[str]) -> Answer:
+    """A party's answer to ``secagg/masked``: its packed masked vector and its envelopes."""
+    return {**pack_masked(m.y, bits), **envelopes_to_arrays(m.envelopes, roster, ENV)}
 
 
 def unpack_masked(arrays: Mapping[str, np.ndarray], bits: int, size: int) -> np.ndarray:
@@ -161,6 +174,7 @@ def merge_masked(task: Task, parts: Sequence[Aggregate], *, bits: int, length: i
     """
     total = np.zeros(int(length), dtype=np.uint64)
     names: set[str] = set()
+    envs: list[dict[str, np.ndarray]] = []
     for part in parts:
         y = masked_part(part, bits, length) if part.parties else None
         if y is None:
@@ -169,17 +183,32 @@ def merge_masked(task: Task, parts: Sequence[Aggregate], *, bits: int, length: i
             raise ValueError("a party's masked input would be counted twice")
         names.update(part.parties)
         total += y
+        envs.append({k: np.asarray(part.arrays[ENV + k]) for k in _ENV_KEYS if ENV + k in part.arrays})
     if not names:
         return Aggregate({}, ())
     total &= np.uint64((1 << bits) - 1)
-    return Aggregate(pack_masked(total, bits), tuple(sorted(names)))
+    return Aggregate({**pack_masked(total, bits), **_concat_envelopes(envs)}, tuple(sorted(names)))
+
+
+def _concat_envelopes(parts: Sequence[Mapping[str, np.ndarray]]) -> Answer:
+    """The envelope arrays of several masked answers as one (ValueError if a part holds some of them
+    but not all)."""
+    full = [p for p in parts if p]
+    if any(set(p) != set(_ENV_KEYS) for p in full):
+        raise ValueError("a masked answer holds a partial set of envelope arrays")
+    out: Answer = {}
+    for k in _ENV_KEYS:
+        cols = [np.asarray(p[k]) for p in full]
+        out[ENV + k] = np.concatenate(cols) if cols else np.zeros(0, np.uint8 if k in ("nonce", "ct") else np.int64)
+    return out
 
 
 def unmask_to_arrays(resp: sa.UnmaskResponse, roster: Sequence[str]) -> Answer:
-    bw, sw = sorted(resp.self_mask_shares), sorted(resp.mask_key_shares)
+    """Shares of b (``b_who``/``b``) and pairwise seeds with dropped neighbours (``s_who``/``s``)."""
+    bw, sw = sorted(resp.self_mask_shares), sorted(resp.pairwise_seeds)
     out: Answer = {"b_who": _index(bw, roster), "s_who": _index(sw, roster)}
     out["b"], out["b_len"] = pack_blobs([resp.self_mask_shares[v] for v in bw])
-    out["s"], out["s_len"] = pack_blobs([resp.mask_key_shares[v] for v in sw])
+    out["s"], out["s_len"] = pack_blobs([resp.pairwise_seeds[v] for v in sw])
     return out
 
 

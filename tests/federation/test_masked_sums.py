@@ -9,6 +9,7 @@ keys refuses the round before any unmask request. Statistical tests state their 
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import pickle
 
@@ -42,33 +43,37 @@ def pki(tmp_path_factory) -> dict:
     return {"ca": (d / "ca.crt").read_bytes(), "certs": certs}
 
 
-def _round(pki, bits: int, d: int, *, gone_share=(), gone_input=(), seed: int = 0, min_survivors: int = 5):
-    """One round's steps 1-3 on P real clients; two servers routed identically (one for each path).
-    Returns (clients, per-party server, partial-sum server, inputs x, masked inputs by name)."""
-    cfg = sa.SecAggConfig("job-sum", tuple(f"p{i:03d}" for i in range(P)), bits=bits, min_survivors=min_survivors)
+ROSTER = tuple(f"p{i:03d}" for i in range(P))
+
+
+def _round(pki, bits: int, d: int, *, gone_advert=(), gone_input=(), seed: int = 0, min_survivors: int = 5):
+    """One round's masked inputs on P real clients; two servers routed identically (one for each path).
+    Parties in ``gone_advert`` never advertised keys (not routed), those in ``gone_input`` vanish before
+    their masked input. Returns (clients, per-party server, partial-sum server, inputs x, masked inputs
+    by name)."""
+    cfg = sa.SecAggConfig("job-sum", ROSTER, bits=bits, min_survivors=min_survivors)
     clients = {n: sa.SecAggClient(cfg, n, *pki["certs"][n], pki["ca"]) for n in cfg.parties}
     one, merged = sa.SecAggServer(cfg), sa.SecAggServer(cfg)
-    adverts = [c.advertise_keys(0) for c in clients.values()]
+    adverts = [c.advert() for n, c in clients.items() if n not in gone_advert]
     routed = one.route_adverts(0, adverts)
     merged.route_adverts(0, adverts)
-    envs = [e for n, c in clients.items() if n not in gone_share for e in c.share_keys(0, routed[n])]
-    boxes = one.route_envelopes(0, envs)
-    merged.route_envelopes(0, envs)
     gen = np.random.default_rng(seed)
     xs = {n: gen.integers(0, 1 << bits, d, dtype=np.uint64) for n in cfg.parties}
-    masked = {n: clients[n].masked_input(0, xs[n], boxes[n]) for n in boxes if n not in gone_input}
+    masked = {n: clients[n].masked_input(0, xs[n], routed[n]) for n in routed if n not in gone_input}
     return clients, one, merged, xs, masked
 
 
 def _part(masked: dict, names, bits: int) -> Aggregate:
-    """One shard's partial sum, merged as a shard merges: its parties' packed answers through merge_masked."""
+    """One shard's partial sum, merged as a shard merges: its parties' answers (masked vector and
+    envelopes) through merge_masked."""
     d = next(iter(masked.values())).y.size
-    parts = [Aggregate(sw.pack_masked(masked[n].y, bits), (n,)) for n in names]
+    parts = [Aggregate(sw.masked_to_arrays(masked[n], bits, ROSTER), (n,)) for n in names]
     return sw.merge_masked(TASK, parts, bits=bits, length=d)
 
 
 def _sum(agg: Aggregate, bits: int, d: int) -> sa.MaskedSum:
-    return sa.MaskedSum("job-sum", 0, agg.parties, sw.unpack_masked(agg.arrays, bits, d))
+    return sa.MaskedSum("job-sum", 0, agg.parties, sw.unpack_masked(agg.arrays, bits, d),
+                        tuple(sw.envelopes_from_arrays(agg.arrays, "job-sum", 0, ROSTER, prefix=sw.ENV)))
 
 
 def _expected(xs: dict, names, bits: int) -> np.ndarray:
@@ -90,18 +95,23 @@ def _bits_p(v: np.ndarray, bits: int) -> float:
 @pytest.mark.parametrize("bits", [16, 62])
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
 def test_partial_sums_unmask_to_the_per_party_total_bit_for_bit(pki, bits, dropout):
-    """30%: one party gone before sharing keys, one before its masked input, one after it (does not
-    answer the unmask request). Shards of 3, 3 and 4 parties (the gone ones inside them)."""
+    """30%: one party gone before advertising keys, two before their masked inputs; without dropouts
+    one party does not answer the unmask request. Shards of 3, 3 and 4 parties (the gone ones inside
+    them); the envelopes travel inside the partial sums."""
     k = round(dropout * P)
     gone = [f"p{i:03d}" for i in (1, 4, 8)][:k]
-    clients, one, merged, xs, masked = _round(pki, bits, 300, gone_share=gone[:1], gone_input=gone[1:2],
+    silent = [] if gone else ["p005"]
+    clients, one, merged, xs, masked = _round(pki, bits, 300, gone_advert=gone[:1], gone_input=gone[1:],
                                               seed=bits + k)
     shards = [[n for n in names if n in masked] for names in (sorted(clients)[:3], sorted(clients)[3:6],
                                                               sorted(clients)[6:])]
     req1 = one.collect_masked(0, masked.values(), length=300)
     req2 = merged.collect_masked(0, [_sum(_part(masked, s, bits), bits, 300) for s in shards], length=300)
-    assert req1 == req2 and set(req1.survivors) == set(masked) and set(req1.dropped) == set(gone[1:2])
-    resps = [clients[n].unmask(0, req1.survivors, req1.dropped) for n in req1.survivors if n not in gone[2:]]
+    assert req1 == req2 and set(req1.survivors) == set(masked) and set(req1.dropped) == set(gone[1:])
+    for n in req1.survivors:
+        assert sorted(map(repr, one.envelopes_for(0, n))) == sorted(map(repr, merged.envelopes_for(0, n)))
+    resps = [clients[n].unmask(0, req1.survivors, req1.dropped, merged.envelopes_for(0, n))
+             for n in req1.survivors if n not in silent]
     total1, total2 = one.unmask(0, resps), merged.unmask(0, resps)
     np.testing.assert_array_equal(total2, total1)
     np.testing.assert_array_equal(total2, _expected(xs, req1.survivors, bits))
@@ -118,6 +128,8 @@ def test_overlapping_duplicate_or_misshapen_sums_refuse_the_round(pki):
         "an input and a sum holding it": [*good, masked[names[0]]],
         "another length": [good[0], sa.MaskedSum("job-sum", 0, good[1].names, good[1].y[:63])],
         "another round": [good[0], sa.MaskedSum("job-sum", 1, good[1].names, good[1].y)],
+        "an envelope of a party outside the sum": [dataclasses.replace(good[0], envelopes=good[1].envelopes[:1]
+                                                                       + good[0].envelopes), good[1]],
     }
     for why, inputs in bad_cases.items():
         s = sa.SecAggServer(server.config)
@@ -130,8 +142,8 @@ def test_overlapping_duplicate_or_misshapen_sums_refuse_the_round(pki):
             s.collect_masked(0, good, length=64)
         with pytest.raises(sa.ProtocolError):  # and nothing can be unmasked
             s.unmask(0, [])
-    # a sum naming a party that shared no keys (it dropped before step 2)
-    _, _, s, _, masked = _round(pki, 16, 64, gone_share=["p003"])
+    # a sum naming a party that was sent no keys (it never advertised)
+    _, _, s, _, masked = _round(pki, 16, 64, gone_advert=["p003"])
     fake = sa.MaskedSum("job-sum", 0, ("p002", "p003"), masked["p002"].y)
     with pytest.raises(sa.MaskedInputError, match="p003"):
         s.collect_masked(0, [fake], length=64)
@@ -147,11 +159,14 @@ def test_merge_is_associative_picklable_and_keeps_a_partys_bad_answer_out(pki):
     _, _, _, _, masked = _round(pki, 16, 128)
     names = sorted(masked)
     merge = pickle.loads(pickle.dumps(functools.partial(sw.merge_masked, bits=16, length=128)))
-    single = [Aggregate(sw.pack_masked(masked[n].y, 16), (n,)) for n in names]
+    single = [Aggregate(sw.masked_to_arrays(masked[n], 16, ROSTER), (n,)) for n in names]
     flat = merge(TASK, single)
     tree = merge(TASK, [merge(TASK, single[:3]), Aggregate({}, ()), merge(TASK, single[3:7]), *single[7:]])
     assert flat.parties == tree.parties == tuple(names)
     np.testing.assert_array_equal(flat.arrays["y"], tree.arrays["y"])
+    envs = [set(map(repr, sw.envelopes_from_arrays(a.arrays, "job-sum", 0, ROSTER, prefix=sw.ENV)))
+            for a in (flat, tree)]
+    assert envs[0] == envs[1] == {repr(e) for n in names for e in masked[n].envelopes}  # every envelope, once
     assert flat.arrays["y"].dtype == np.uint16
     # a party's own answer of another length or type is left out (that party dropped out)
     bad = [Aggregate({"y": np.zeros(127, np.uint16)}, ("p000",)),
@@ -174,9 +189,8 @@ def test_a_partial_sum_of_masked_vectors_is_uniform_and_the_test_rejects_an_unma
     x = (np.arange(d, dtype=np.uint64) % 100) * np.uint64(3)  # structured, far from uniform
     cfg = next(iter(clients.values())).config
     server = sa.SecAggServer(cfg)
-    routed = server.route_adverts(1, [c.advertise_keys(1) for c in clients.values()])
-    boxes = server.route_envelopes(1, [e for n, c in clients.items() for e in c.share_keys(1, routed[n])])
-    masked = {n: clients[n].masked_input(1, x, boxes[n]) for n in clients}
+    routed = server.route_adverts(1, [c.advert() for c in clients.values()])
+    masked = {n: clients[n].masked_input(1, x, routed[n]) for n in clients}
     for shard in (sorted(clients)[:3], sorted(clients)):
         part = _part(masked, shard, bits)
         y = sw.unpack_masked(part.arrays, bits, d)

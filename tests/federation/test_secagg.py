@@ -50,15 +50,15 @@ def _names(p: int) -> tuple[str, ...]:
     return tuple(f"p{i:03d}" for i in range(p))
 
 
-def _run_round(clients, server, r, xs, before_share=(), before_input=(), after_input=()):
-    """One round; parties in the three sets vanish at that point. Returns (sum, request, responses)."""
-    adverts = [c.advertise_keys(r) for c in clients.values()]
-    routed = server.route_adverts(r, adverts)
-    envs = [e for n, c in clients.items() if n not in before_share for e in c.share_keys(r, routed[n])]
-    boxes = server.route_envelopes(r, envs)
-    inputs = [clients[n].masked_input(r, xs[n], boxes[n]) for n in boxes if n not in before_input]
+def _run_round(clients, server, r, xs, before_input=(), after_input=()):
+    """One round; parties in ``before_input`` vanish before sending their masked input (declared
+    dropped), those in ``after_input`` after it (not answering the unmask request). Returns
+    (sum, request, responses)."""
+    routed = server.route_adverts(r, [c.advert() for c in clients.values()])
+    inputs = [clients[n].masked_input(r, xs[n], routed[n]) for n in routed if n not in before_input]
     req = server.collect_masked(r, inputs)
-    resps = [clients[n].unmask(r, req.survivors, req.dropped) for n in req.survivors if n not in after_input]
+    resps = [clients[n].unmask(r, req.survivors, req.dropped, server.envelopes_for(r, n))
+             for n in req.survivors if n not in after_input]
     return server.unmask(r, resps), req, resps
 
 
@@ -129,19 +129,20 @@ def test_shamir_split_t_minus_1_shares_chi_square():
 
 @pytest.mark.parametrize("bits", [16, 62])
 @pytest.mark.parametrize("fraction", [0.0, 0.1, 0.3])
-def test_sum_exact_with_dropouts(pki, bits, fraction):
-    """10 parties, 3 rounds on one job; per round a fraction drops, split between before sharing keys,
-    before sending the masked input and after it (not answering the unmask request)."""
+def test_sum_exact_with_dropouts_over_many_rounds_with_the_same_keys(pki, bits, fraction):
+    """10 parties, 8 rounds of one job with the same long-term keys; per round a random fraction drops
+    before sending its masked input (declared dropped: the survivors reveal their round seeds with it),
+    and in rounds without such a dropout one survivor does not answer the unmask request (its self mask
+    is rebuilt from its neighbours' shares)."""
     cfg = sa.SecAggConfig("job-drop", _names(10), bits=bits, min_survivors=5)
     clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
     gen = np.random.default_rng(int(fraction * 10) + bits)
-    for r in range(3):
+    for r in range(8):
         xs = {n: gen.integers(0, 1 << bits, 257, dtype=np.uint64) for n in cfg.parties}
         gone = list(gen.permutation(cfg.parties)[: round(fraction * 10)])
-        parts = [[g for j, g in enumerate(gone) if (j + r) % 3 == kind] for kind in range(3)]  # rotate kinds
-        total, req, _ = _run_round(clients, server, r, xs, *parts)
-        assert set(req.survivors) == set(cfg.parties) - set(parts[0]) - set(parts[1])
-        assert set(req.dropped) == set(parts[1])
+        late = [] if gone else [cfg.parties[r]]
+        total, req, _ = _run_round(clients, server, r, xs, gone, late)
+        assert set(req.survivors) == set(cfg.parties) - set(gone) and set(req.dropped) == set(gone)
         np.testing.assert_array_equal(total, _expected(xs, req.survivors, bits))
 
 
@@ -156,12 +157,24 @@ def test_secagg_plus_graph_200_parties_degree_log_and_sum_with_30_percent_dropou
     assert k < k1000 <= 8 * math.log2(1000)  # grows, but logarithmically
     clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
     gen = np.random.default_rng(200)
-    xs = {n: gen.integers(0, 1 << 32, 64, dtype=np.uint64) for n in cfg.parties}
-    gone = list(gen.permutation(cfg.parties)[:60])
-    total, req, resps = _run_round(clients, server, 0, xs, gone[:20], gone[20:40], gone[40:])
-    assert len(req.survivors) == 160
-    assert max(len(r.self_mask_shares) + len(r.mask_key_shares) for r in resps) <= k
-    np.testing.assert_array_equal(total, _expected(xs, req.survivors, 32))
+    for r in range(2):
+        xs = {n: gen.integers(0, 1 << 32, 64, dtype=np.uint64) for n in cfg.parties}
+        gone = list(gen.permutation(cfg.parties)[:60])
+        total, req, resps = _run_round(clients, server, r, xs, gone)
+        assert len(req.survivors) == 140
+        assert max(len(x.self_mask_shares) + len(x.pairwise_seeds) for x in resps) <= k
+        np.testing.assert_array_equal(total, _expected(xs, req.survivors, 32))
+
+
+def test_a_survivor_silent_in_the_unmask_step_with_a_dropped_neighbour_aborts_the_round(pki):
+    """What amortised keys give up (module docstring): p003's pairwise seed with the dropped p005 is known
+    only to the two of them, so without p003's answer the server cannot unmask the round and says whose
+    seed it lacks."""
+    cfg = sa.SecAggConfig("job-silent", _names(6), bits=32, min_survivors=3)
+    clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
+    xs = {n: np.arange(1 << 14, dtype=np.uint64) % np.uint64(50) for n in cfg.parties}
+    with pytest.raises(sa.ReconstructionError, match="p003"):
+        _run_round(clients, server, 0, xs, ["p005"], ["p003"])
 
 
 # ------------------------------------------------------------------------------- coordinator's view
@@ -173,53 +186,82 @@ def test_masked_vector_is_uniform_and_the_test_rejects_an_unmasked_one(pki):
     clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
     d = 1 << 16
     x = (np.arange(d, dtype=np.uint64) % 100) * np.uint64(3)  # structured, far from uniform
-    xs = {n: x for n in cfg.parties}
-    adverts = server.route_adverts(0, [c.advertise_keys(0) for c in clients.values()])
-    boxes = server.route_envelopes(0, [e for n, c in clients.items() for e in c.share_keys(0, adverts[n])])
-    y = clients["p002"].masked_input(0, xs["p002"], boxes["p002"]).y
+    routed = server.route_adverts(0, [c.advert() for c in clients.values()])
+    y = clients["p002"].masked_input(0, x, routed["p002"]).y
     assert _chi2_bytes(y, 4) > ALPHA and _chi2_bits(y, 32) > ALPHA
     assert _chi2_bytes(x, 4) < ALPHA and _chi2_bits(x, 32) < ALPHA
     # one unit changed in one coordinate still fails the bit test: the test's power is not a fluke
     assert _chi2_bits(x + np.uint64(1 << 20), 32) < ALPHA
 
 
-def test_late_input_of_dropped_party_stays_masked(pki):
-    """p005 is declared dropped in round 0, then its masked input arrives. The coordinator holds its
-    reconstructed mask key s_p005 and all adverts: removing every pairwise mask leaves x + PRG(b_p005,0),
-    which is still uniform; no honest party will reveal a share of b_p005,0, and t-1 colluders' shares
-    do not give it."""
+def _strip(y: np.ndarray, seeds: dict[str, bytes], me: str, r: int, bits: int) -> np.ndarray:
+    """y minus the pairwise masks of ``me`` with each v, expanded from ``seeds[v]`` with round r's nonce."""
+    out = y.copy()
+    for v, k in seeds.items():
+        m = sa.expand_mask(k, r, y.size, bits)
+        out = out - m if me < v else out + m
+    return out & np.uint64((1 << bits) - 1)
+
+
+def test_late_input_of_dropped_party_cannot_be_unmasked(pki):
+    """p005 is declared dropped in round 0, then its masked input arrives. The coordinator holds every
+    survivor's revealed seed k_{v,p005},0, every advert and envelope (it even passes p005's envelopes on
+    with the unmask requests): removing all of p005's pairwise masks
+    leaves x + PRG(b_p005,0), still uniform; honest survivors refuse a second request calling p005 a
+    survivor, and t-1 colluders' shares of b_p005,0 do not rebuild it (the server's reconstruction fails)."""
     cfg = sa.SecAggConfig("job-late", _names(8), bits=32, min_survivors=4)
     clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
     d = 1 << 15
     xs = {n: (np.arange(d, dtype=np.uint64) * np.uint64(7)) % np.uint64(1000) for n in cfg.parties}
-    total, req, resps = _run_round(clients, server, 0, xs, before_input=["p005"])
-    np.testing.assert_array_equal(total, _expected(xs, req.survivors, 32))
-    late = clients["p005"].masked_input(0, xs["p005"], _boxes_for(clients, "p005")).y
-    # the coordinator's best reconstruction: s_p005 from the dropped-key shares, minus all pairwise masks
-    sk = sa._reconstruct_secret([r.mask_key_shares["p005"] for r in resps], cfg.threshold)
-    priv = x25519.X25519PrivateKey.from_private_bytes(sk)
-    best = late.copy()
-    for v in cfg.neighbours("p005"):
-        pk = x25519.X25519PublicKey.from_public_bytes(clients[v].advertise_keys(0).s_pk)
-        m = sa.expand_mask(sa.pairwise_seed(priv.exchange(pk), cfg.job_id, 0, "p005", v), 0, d, 32)
-        best = best - m if "p005" < v else best + m
-    best &= np.uint64((1 << 32) - 1)
+    routed = server.route_adverts(0, [c.advert() for c in clients.values()])
+    req = server.collect_masked(0, [clients[n].masked_input(0, xs[n], routed[n]) for n in cfg.parties if n != "p005"])
+    late = clients["p005"].masked_input(0, xs["p005"], routed["p005"])  # after the request: never counted
+    assert server.collect_masked(0, [late]) == req and req.dropped == ("p005",)
+    # a curious coordinator even hands p005's envelopes to the survivors with their unmask requests
+    resps = [clients[n].unmask(0, req.survivors, req.dropped,
+                               server.envelopes_for(0, n) + [e for e in late.envelopes if e.receiver == n])
+             for n in req.survivors]
+    np.testing.assert_array_equal(server.unmask(0, resps), _expected(xs, req.survivors, 32))
+    revealed = {x.name: x.pairwise_seeds["p005"] for x in resps}
+    assert set(revealed) == set(cfg.neighbours("p005")) and not any("p005" in x.self_mask_shares for x in resps)
+    best = _strip(late.y, revealed, "p005", 0, 32)
     # sanity of the attack: with b_p005,0 (held only by p005) the coordinator would have x exactly
     b = clients["p005"]._rounds[0].b
     np.testing.assert_array_equal((best - sa.expand_mask(b, 0, d, 32)) & np.uint64((1 << 32) - 1), xs["p005"])
     assert _chi2_bytes(best, 4) > ALPHA and _chi2_bits(best, 32) > ALPHA and _chi2_bits(xs["p005"], 32) < ALPHA
     for n in req.survivors:  # honest parties refuse to call p005 a survivor of round 0 now
         with pytest.raises(sa.UnmaskRefused):
-            clients[n].unmask(0, tuple(req.survivors) + ("p005",), ())
+            clients[n].unmask(0, tuple(req.survivors) + ("p005",), (), late.envelopes)
+    # t - 1 colluding survivors open p005's envelopes (the coordinator routes them): too few shares
     colluders = list(req.survivors)[: cfg.threshold - 1]
-    pts = [sa._share_parse(clients[n]._rounds[0].held["p005"][1]) for n in colluders]
-    guess = sa.shamir_reconstruct(pts).to_bytes(66, "big")[-32:]
+    shares = [clients[n]._open(clients[n]._rounds[0], 0, e) for n in colluders for e in late.envelopes
+              if e.receiver == n]
+    assert len(shares) == cfg.threshold - 1
+    with pytest.raises(sa.ReconstructionError):
+        sa._reconstruct_secret(shares, cfg.threshold)
+    guess = sa.shamir_reconstruct([sa._share_parse(x) for x in shares]).to_bytes(66, "big")[-32:]
     assert guess != b
 
 
-def _boxes_for(clients, name):
-    """Envelopes addressed to ``name`` in round 0 (p005 did share its keys before vanishing)."""
-    return [e for n, c in clients.items() if n != name for e in c._rounds[0].envelopes if e.receiver == name]
+def test_revealed_seeds_of_one_round_do_not_unmask_another(pki):
+    """Round 0: p005 drops, its neighbours reveal k_{v,p005},0. Round 1: p005 survives, its b_p005,1 is
+    rebuilt. Its round-1 input minus PRG(b_p005,1) minus the masks of the round-0 seeds (expanded with
+    either round's nonce) stays uniform; with the true round-1 seeds (held by p005 only) it is x."""
+    cfg = sa.SecAggConfig("job-rounds", _names(6), bits=32, min_survivors=3)
+    clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
+    d = 1 << 15
+    xs = {n: np.arange(d, dtype=np.uint64) % np.uint64(300) for n in cfg.parties}
+    _, _, resps0 = _run_round(clients, server, 0, xs, before_input=["p005"])
+    seeds0 = {x.name: x.pairwise_seeds["p005"] for x in resps0}
+    routed = server.route_adverts(1, [c.advert() for c in clients.values()])
+    y1 = clients["p005"].masked_input(1, xs["p005"], routed["p005"]).y
+    st = clients["p005"]._rounds[1]
+    minus_b = (y1 - sa.expand_mask(st.b, 1, d, 32)) & np.uint64((1 << 32) - 1)
+    for nonce_round in (0, 1):
+        guess = _strip(minus_b, seeds0, "p005", nonce_round, 32)
+        assert _chi2_bytes(guess, 4) > ALPHA and _chi2_bits(guess, 32) > ALPHA
+    assert set(seeds0.values()).isdisjoint(st.seeds.values())
+    np.testing.assert_array_equal(_strip(minus_b, st.seeds, "p005", 1, 32), xs["p005"])
 
 
 # ------------------------------------------------------------------------------- parties' checks
@@ -228,105 +270,133 @@ def _boxes_for(clients, name):
 def _setup_round(pki, p=6, r=0, **kw):
     cfg = sa.SecAggConfig("job-chk", _names(p), bits=32, **kw)
     clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
-    adverts = server.route_adverts(r, [c.advertise_keys(r) for c in clients.values()])
+    adverts = server.route_adverts(r, [c.advert() for c in clients.values()])
     return cfg, clients, server, adverts
 
 
-def _signed(cfg, name, cert_pem, key_pem, keys_from):
+def _signed(cfg, name, cert_pem, key_pem, keys_from, job_id=None):
     """An advert for ``name`` with ``keys_from``'s public keys, validly signed by ``cert_pem``'s key."""
     key = serialization.load_pem_private_key(key_pem, None)
-    adv = sa.KeyAdvert(cfg.job_id, 0, name, keys_from.c_pk, keys_from.s_pk, cert_pem, b"")
+    adv = sa.KeyAdvert(job_id or cfg.job_id, name, keys_from.c_pk, keys_from.s_pk, cert_pem, b"")
     return dataclasses.replace(adv, signature=key.sign(adv.signed_bytes(), ec.ECDSA(hashes.SHA256())))
 
 
 def test_substituted_public_key_is_detected(pki):
     cfg, clients, server, adverts = _setup_round(pki)
-    honest = clients["p001"].advertise_keys(0)
-    fake = sa.SecAggClient(cfg, "p002", *pki["certs"]["p002"], pki["ca"]).advertise_keys(0)
+    honest = clients["p001"].advert()
+    fake = sa.SecAggClient(cfg, "p002", *pki["certs"]["p002"], pki["ca"]).advert()
+    other_job = sa.SecAggClient(dataclasses.replace(cfg, job_id="job-other"), "p001", *pki["certs"]["p001"],
+                                pki["ca"]).advert()
     cases = {
-        "swapped s key": dataclasses.replace(honest, s_pk=fake.s_pk),
-        "swapped c key": dataclasses.replace(honest, c_pk=fake.c_pk),
-        "replayed to another round": dataclasses.replace(honest, round=1),
-        "other party's certificate": dataclasses.replace(fake, name="p001"),
-        "foreign CA, CN p001": _signed(cfg, "p001", *pki["evil_p001"], fake),
-        "coordinator's own certificate": _signed(cfg, "p001", *pki["certs"]["coordinator"], fake),
+        "swapped s key": lambda me: dataclasses.replace(honest, s_pk=fake.s_pk),
+        "swapped c key": lambda me: dataclasses.replace(honest, c_pk=fake.c_pk),
+        "replayed from another job": lambda me: dataclasses.replace(other_job, job_id=cfg.job_id),
+        "advert of another job": lambda me: other_job,
+        "other party's certificate": lambda me: dataclasses.replace(fake, name="p001"),
+        "foreign CA, CN p001": lambda me: _signed(cfg, "p001", *pki["evil_p001"], fake),
+        "coordinator's own certificate": lambda me: _signed(cfg, "p001", *pki["certs"]["coordinator"], fake),
+        "the victim's own keys, signed by p001": lambda me: _signed(cfg, "p001", *pki["certs"]["p001"], me.advert()),
     }
-    for why, bad in cases.items():
-        routed = [bad if a.name == "p001" else a for a in adverts["p000"]]
+    x = np.zeros(4, np.uint64)
+    for why, make in cases.items():
         victim = sa.SecAggClient(cfg, "p000", *pki["certs"]["p000"], pki["ca"])
-        victim.advertise_keys(0)
+        bad = make(victim)
+        routed = [victim.advert()] + [bad if a.name == "p001" else a for a in adverts["p000"] if a.name != "p000"]
         with pytest.raises(sa.KeySubstitutionError):
-            victim.share_keys(0, routed)
+            victim.masked_input(0, x, routed)
             pytest.fail(why)
-    assert len(clients["p000"].share_keys(0, adverts["p000"])) == 5  # the honest adverts pass
+        assert not victim._rounds and not victim._masked  # nothing masked, nothing released
+    # my own advert altered or outdated (a coordinator that kept a restarted party's old keys)
+    stale = [dataclasses.replace(a, c_pk=fake.c_pk) if a.name == "p000" else a for a in adverts["p000"]]
+    with pytest.raises(sa.KeySubstitutionError):
+        clients["p000"].masked_input(0, x, stale)
+    assert len(clients["p000"].masked_input(0, x, adverts["p000"]).envelopes) == 5  # the honest adverts pass
 
 
 def test_envelope_tampered_or_readdressed_fails(pki):
     cfg, clients, server, adverts = _setup_round(pki)
-    boxes = server.route_envelopes(0, [e for n, c in clients.items() for e in c.share_keys(0, adverts[n])])
-    e = next(e for e in boxes["p000"] if e.sender == "p001")
     x = np.zeros(8, np.uint64)
+    req = server.collect_masked(0, [c.masked_input(0, x, adverts[n]) for n, c in clients.items()])
+    boxes = {n: server.envelopes_for(0, n) for n in cfg.parties}
+    e = next(e for e in boxes["p000"] if e.sender == "p001")
     flipped = bytes([e.ciphertext[0] ^ 1]) + e.ciphertext[1:]
+    args = (req.survivors, req.dropped)
     for bad in (dataclasses.replace(e, ciphertext=flipped), dataclasses.replace(e, sender="p002"),
-                dataclasses.replace(e, round=1, job_id=e.job_id)):
-        others = [o for o in boxes["p000"] if o.sender != "p001"]
-        with pytest.raises((sa.EnvelopeError, sa.ProtocolError)):
-            clients["p000"].masked_input(0, x, others + [bad])
+                dataclasses.replace(e, round=1), dataclasses.replace(e, job_id="job-other")):
+        others = [o for o in boxes["p000"] if o.sender != bad.sender]
+        with pytest.raises(sa.EnvelopeError):
+            clients["p000"].unmask(0, *args, others + [bad])
     # the same envelope re-addressed to p002 (receiver field changed) is refused by p002
     with pytest.raises(sa.EnvelopeError):
-        clients["p002"].masked_input(0, x, [dataclasses.replace(e, receiver="p002")]
-                                     + [o for o in boxes["p002"] if o.sender != "p001"])
+        clients["p002"].unmask(0, *args, [dataclasses.replace(e, receiver="p002")]
+                               + [o for o in boxes["p002"] if o.sender != "p001"])
     # reflected back to its sender as if p000 had sent it (same pair of c keys)
     with pytest.raises(sa.EnvelopeError):
-        clients["p001"].masked_input(0, x, [dataclasses.replace(e, sender="p000", receiver="p001")]
-                                     + [o for o in boxes["p001"] if o.sender != "p000"])
-    assert clients["p000"].masked_input(0, x, boxes["p000"]).y.shape == (8,)  # untouched ones open
+        clients["p001"].unmask(0, *args, [dataclasses.replace(e, sender="p000", receiver="p001")]
+                               + [o for o in boxes["p001"] if o.sender != "p000"])
+    # a failed opening committed nothing: the untouched envelopes open and give one share per survivor
+    assert len(clients["p000"].unmask(0, *args, boxes["p000"]).self_mask_shares) == 5
 
 
 def _through_input(pki, **kw):
     cfg, clients, server, adverts = _setup_round(pki, **kw)
-    boxes = server.route_envelopes(0, [e for n, c in clients.items() for e in c.share_keys(0, adverts[n])])
-    for n, c in clients.items():
-        c.masked_input(0, np.arange(4, dtype=np.uint64), boxes[n])
-    return cfg, clients
+    ins = {n: c.masked_input(0, np.arange(4, dtype=np.uint64), adverts[n]) for n, c in clients.items()}
+    envs = {n: [e for m in ins.values() for e in m.envelopes if e.receiver == n] for n in cfg.parties}
+    return cfg, clients, envs
 
 
-def test_unmask_refuses_both_kinds_of_share_for_one_party(pki):
-    cfg, clients = _through_input(pki)
-    c = clients["p000"]
+def test_unmask_refuses_both_the_self_mask_share_and_the_pairwise_seed_of_one_party(pki):
+    cfg, clients, envs = _through_input(pki)
+    c, mine = clients["p000"], envs["p000"]
     with pytest.raises(sa.UnmaskRefused):
-        c.unmask(0, ("p000", "p001", "p002", "p003", "p004"), ("p004", "p005"))
-    # sequentially: p005 declared dropped, then listed as survivor -> refused; p005's b never leaves
-    first = c.unmask(0, ("p000", "p001", "p002", "p003", "p004"), ("p005",))
-    assert set(first.mask_key_shares) == {"p005"} and "p005" not in first.self_mask_shares
+        c.unmask(0, ("p000", "p001", "p002", "p003", "p004"), ("p004", "p005"), mine)
+    assert c._rounds[0].request is None  # refused: nothing committed
+    # p005 declared dropped: its seed, no share of its b; then listed as survivor -> refused
+    first = c.unmask(0, ("p000", "p001", "p002", "p003", "p004"), ("p005",), mine)
+    assert set(first.pairwise_seeds) == {"p005"} and "p005" not in first.self_mask_shares
+    assert set(first.self_mask_shares) == {"p001", "p002", "p003", "p004"}
     with pytest.raises(sa.UnmaskRefused):
-        c.unmask(0, ("p000", "p001", "p002", "p003", "p004", "p005"), ())
+        c.unmask(0, ("p000", "p001", "p002", "p003", "p004", "p005"), (), mine)
     with pytest.raises(sa.UnmaskRefused):  # and the reverse: a survivor cannot later be called dropped
-        c.unmask(0, ("p000", "p002", "p003", "p004"), ("p001", "p005"))
-    again = c.unmask(0, ("p000", "p001", "p002", "p003", "p004"), ("p005",))  # a consistent retry is fine
-    assert again.mask_key_shares == first.mask_key_shares and again.self_mask_shares == first.self_mask_shares
+        c.unmask(0, ("p000", "p002", "p003", "p004"), ("p001", "p005"), mine)
+    with pytest.raises(sa.UnmaskRefused):  # nor can a later request merely add a dropped party
+        c.unmask(0, ("p000", "p001", "p002", "p003"), ("p004", "p005"), mine)
+    again = c.unmask(0, ("p000", "p001", "p002", "p003", "p004"), ("p005",), mine)  # the same request: same answer
+    assert again == first
 
 
-def test_fewer_than_min_survivors_reveals_nothing(pki):
-    cfg, clients = _through_input(pki, min_survivors=5)
+def test_fewer_than_min_survivors_or_threshold_neighbours_reveals_nothing(pki):
+    cfg, clients, envs = _through_input(pki, min_survivors=5)
     survivors, dropped = ("p000", "p001", "p002", "p003"), ("p004", "p005")
     for n in survivors:
         with pytest.raises(sa.TooFewSurvivors):
-            clients[n].unmask(0, survivors, dropped)
-        assert clients[n]._rounds[0].status == {}  # no share released, no state changed
+            clients[n].unmask(0, survivors, dropped, envs[n])
+        assert clients[n]._rounds[0].request is None  # no share released, no state changed
     server = sa.SecAggServer(cfg)
     server._r(0).mask_sets = {n: set() for n in cfg.parties}
     with pytest.raises(sa.ReconstructionError):
         server.collect_masked(0, [sa.MaskedInput(cfg.job_id, 0, n, np.zeros(4, np.uint64)) for n in survivors])
+    # threshold 4 of 5 neighbours: with only 3 of p000's neighbours surviving its b could not be rebuilt
+    cfg, clients, envs = _through_input(pki, min_survivors=3, threshold=4)
+    with pytest.raises(sa.UnmaskRefused, match="threshold"):
+        clients["p000"].unmask(0, ("p000", "p001", "p002", "p003"), ("p004", "p005"), envs["p000"])
+    assert clients["p000"]._rounds[0].request is None
 
 
 def test_second_different_input_in_a_round_is_refused(pki):
-    cfg, clients = _through_input(pki)
+    cfg, clients, server, adverts = _setup_round(pki)
     c = clients["p000"]
-    assert c.masked_input(0, np.arange(4, dtype=np.uint64), []).y.shape == (4,)  # retry: same answer
+    first = c.masked_input(0, np.arange(4, dtype=np.uint64), adverts["p000"])
+    again = c.masked_input(0, np.arange(4, dtype=np.uint64), adverts["p000"])  # retry: the same message
+    np.testing.assert_array_equal(again.y, first.y)
+    assert again.envelopes == first.envelopes
     with pytest.raises(sa.ProtocolError):
-        c.masked_input(0, np.arange(1, 5, dtype=np.uint64), [])
-
+        c.masked_input(0, np.arange(1, 5, dtype=np.uint64), adverts["p000"])
+    with pytest.raises(sa.ProtocolError):  # another neighbour set: the masks would not match
+        c.masked_input(0, np.arange(4, dtype=np.uint64), adverts["p000"][:-1])
+    c.forget(0)
+    with pytest.raises(sa.ProtocolError):  # forgotten: never masked again (a new b would leak x - x')
+        c.masked_input(0, np.arange(4, dtype=np.uint64), adverts["p000"])
 
 
 @pytest.mark.parametrize("bits", [16, 62])
@@ -335,16 +405,16 @@ def test_masking_leaves_the_input_alone_and_a_retry_resends_the_same_vector(pki,
     vector sent is the caller's to keep (zeroing it does not change what a retry of the round resends)."""
     cfg = sa.SecAggConfig(f"job-retry-{bits}", _names(4), bits=bits, min_survivors=2)
     clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
-    routed = server.route_adverts(0, [c.advertise_keys(0) for c in clients.values()])
-    boxes = server.route_envelopes(0, [e for n, c in clients.items() for e in c.share_keys(0, routed[n])])
+    routed = server.route_adverts(0, [c.advert() for c in clients.values()])
     x = np.arange(1000, dtype=np.uint64) * np.uint64(3)
-    y = clients["p000"].masked_input(0, x, boxes["p000"]).y
+    y = clients["p000"].masked_input(0, x, routed["p000"]).y
     np.testing.assert_array_equal(x, np.arange(1000, dtype=np.uint64) * np.uint64(3))
     first = y.copy()
     y[:] = 0
-    again = clients["p000"].masked_input(0, x.copy(), boxes["p000"]).y
+    again = clients["p000"].masked_input(0, x.copy(), routed["p000"]).y
     np.testing.assert_array_equal(again, first)
     assert again.dtype == np.uint64 and int(first.max()) < 1 << bits and not np.array_equal(first, x)
+
 
 WIDTHS = [8, 12, 16, 20, 32, 62]  # B: whole words of 1, 2, 4, 8 bytes and words with top bits to clear
 WORD_BYTES = {8: 1, 12: 2, 16: 2, 20: 4, 32: 4, 62: 8, 64: 8}  # the narrowest of 1, 2, 4, 8 bytes >= B bits
@@ -406,23 +476,50 @@ def test_masks_uniform_mod_2_to_the_b_and_the_test_rejects_uncleared_top_bits(bi
 
 @pytest.mark.parametrize("bits", WIDTHS)
 def test_server_recomputes_the_partys_masks_for_each_width(pki, bits):
-    """8 parties, d one chunk plus 3: p002 drops before its input (the server recomputes its pairwise
-    masks with every survivor), p005 after it (not answering); the server removes each survivor's self
+    """8 parties, d one chunk plus 3, two rounds: p002 drops before its input in round 0 (the server
+    removes the survivors' masks with it from their revealed seeds), p005 does not answer the unmask
+    request of round 1 (its self mask is rebuilt from shares); the server removes each survivor's self
     mask. The sum equals the survivors' sum mod 2^B computed with Python integers: one recomputed mask
     word differing from the party's leaves a random residue there. Inputs near 2^B exercise the wrap."""
     cfg = sa.SecAggConfig(f"job-width-{bits}", _names(8), bits=bits, min_survivors=4)
     clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
     gen = np.random.default_rng(bits)
     d = (1 << 16) + 3
-    xs = {n: np.uint64((1 << bits) - 1) - gen.integers(0, min(1 << bits, 1 << 20), d, dtype=np.uint64)
-          for n in cfg.parties}
-    total, req, _ = _run_round(clients, server, 0, xs, before_input=["p002"], after_input=["p005"])
-    assert req.dropped == ("p002",) and "p005" in req.survivors
-    assert total.dtype == np.uint64
-    np.testing.assert_array_equal(total, _expected(xs, req.survivors, bits))
+    for r, (before, after) in enumerate(((["p002"], []), ([], ["p005"]))):
+        xs = {n: np.uint64((1 << bits) - 1) - gen.integers(0, min(1 << bits, 1 << 20), d, dtype=np.uint64)
+              for n in cfg.parties}
+        total, req, _ = _run_round(clients, server, r, xs, before, after)
+        assert req.dropped == tuple(before) and set(after) <= set(req.survivors)
+        assert total.dtype == np.uint64
+        np.testing.assert_array_equal(total, _expected(xs, req.survivors, bits))
 
 
-# ------------------------------------------------------------------------------- key agreements per round
+def test_a_restarted_party_is_dropped_until_its_new_keys_are_routed(pki):
+    """p003 restarts after round 0 (a new client: new keys). Round 1 is announced with its old advert:
+    it refuses (its own keys came back outdated), is dropped, and its neighbours' seeds with its old keys
+    remove their masks; round 2 routes its new advert (its neighbours verify and agree once more) and
+    counts it. Every sum is exact."""
+    cfg = sa.SecAggConfig("job-restart", _names(6), bits=32, min_survivors=3)
+    clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
+    xs = {n: np.arange(64, dtype=np.uint64) * np.uint64(i + 1) for i, n in enumerate(cfg.parties)}
+    _run_round(clients, server, 0, xs)
+    old = clients["p003"].advert()
+    clients["p003"] = sa.SecAggClient(cfg, "p003", *pki["certs"]["p003"], pki["ca"])
+    routed = server.route_adverts(1, [old if n == "p003" else c.advert() for n, c in clients.items()])
+    with pytest.raises(sa.KeySubstitutionError):
+        clients["p003"].masked_input(1, xs["p003"], routed["p003"])
+    inputs = [clients[n].masked_input(1, xs[n], routed[n]) for n in cfg.parties if n != "p003"]
+    req = server.collect_masked(1, inputs)
+    assert req.dropped == ("p003",)
+    total = server.unmask(1, [clients[n].unmask(1, req.survivors, req.dropped, server.envelopes_for(1, n))
+                              for n in req.survivors])
+    np.testing.assert_array_equal(total, _expected(xs, req.survivors, 32))
+    total, req, _ = _run_round(clients, server, 2, xs)
+    assert req.dropped == () and len(req.survivors) == 6
+    np.testing.assert_array_equal(total, _expected(xs, cfg.parties, 32))
+
+
+# ------------------------------------------------------------------------------- key setup once per job
 
 
 class _CountingKey:
@@ -454,43 +551,57 @@ class _CountingKey:
         return self.real.exchange(peer)
 
 
-def test_one_x25519_agreement_per_neighbour_and_key_pair_per_round(pki, monkeypatch):
-    """Harary graph, 20 parties, degree 6, two rounds: per party and round, X25519(c_u, c_v) once per
-    neighbour (in share_keys; masked_input opens v's envelope with the key kept from it) and
-    X25519(s_u, s_v) once per neighbour (in masked_input): 2k agreements, not 3k. The masked vectors
-    are bit for bit x + PRG(b_u) + sum_v sign PRG(HKDF(X25519(s_u, s_v))) with the agreement computed
-    here, and the sum is exact."""
+def test_key_agreements_and_signatures_once_per_job_not_per_round(pki, monkeypatch):
+    """Harary graph, 20 parties, degree 6, four rounds with 10% dropouts: over the whole job each party
+    computes X25519(c_u, c_v) and X25519(s_u, s_v) once per neighbour (2k agreements), and makes one
+    ECDSA signature; each checks each neighbour's signature once (ECDSA objects counted: 20 signatures
+    + 120 checks, all in round 0, none after). Round 2's masked vectors are bit for bit
+    x + PRG(b_u,2) + sum_v sign PRG(HKDF(X25519(s_u, s_v), round 2)) with the agreement computed here,
+    and every sum is exact."""
+    ecdsa = []
+
+    def counting_ecdsa(alg):
+        ecdsa.append(alg)
+        return ec.ECDSA(alg)
 
     monkeypatch.setattr(sa, "x25519", types.SimpleNamespace(X25519PrivateKey=_CountingKey,
                                                             X25519PublicKey=x25519.X25519PublicKey))
+    monkeypatch.setattr(sa, "ec", types.SimpleNamespace(ECDSA=counting_ecdsa,
+                                                        EllipticCurvePrivateKey=ec.EllipticCurvePrivateKey,
+                                                        EllipticCurvePublicKey=ec.EllipticCurvePublicKey))
+    _CountingKey.calls.clear()
     cfg = sa.SecAggConfig("job-count", _names(20), bits=32, min_survivors=10, degree=6, threshold=3)
     clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
+    adv = {n: c.advert() for n, c in clients.items()}
     gen = np.random.default_rng(11)
-    for r in range(2):
-        _CountingKey.calls.clear()
+    for r in range(4):
         xs = {n: gen.integers(0, 1 << 32, 100, dtype=np.uint64) for n in cfg.parties}
-        adv = {n: c.advertise_keys(r) for n, c in clients.items()}
+        gone = [] if r == 0 else list(gen.permutation(cfg.parties)[:2])
         routed = server.route_adverts(r, adv.values())
-        boxes = server.route_envelopes(r, [e for n, c in clients.items() for e in c.share_keys(r, routed[n])])
-        after_share = dict(_CountingKey.calls)
-        ys = {n: clients[n].masked_input(r, xs[n], boxes[n]) for n in cfg.parties}
-        for n in cfg.parties:
-            k = len(cfg.neighbours(n))
-            assert k == 6
-            assert after_share.get(adv[n].c_pk, 0) == k and after_share.get(adv[n].s_pk, 0) == 0
-            assert _CountingKey.calls.get(adv[n].c_pk, 0) == k, f"{n}: c agreements in round {r}"
-            assert _CountingKey.calls.get(adv[n].s_pk, 0) == k, f"{n}: s agreements in round {r}"
-            st = clients[n]._rounds[r]
-            want = xs[n] + sa.expand_mask(st.b, r, 100, 32)
-            for v in cfg.neighbours(n):
-                raw = st.s_sk.real.exchange(x25519.X25519PublicKey.from_public_bytes(adv[v].s_pk))
-                m = sa.expand_mask(sa.pairwise_seed(raw, cfg.job_id, r, n, v), r, 100, 32)
-                want = want + m if n < v else want - m
-            np.testing.assert_array_equal(ys[n].y, want & np.uint64((1 << 32) - 1))
+        ys = {n: clients[n].masked_input(r, xs[n], routed[n]) for n in cfg.parties if n not in gone}
+        if r == 2:
+            for n, m in ys.items():
+                st = clients[n]._rounds[r]
+                want = xs[n] + sa.expand_mask(st.b, r, 100, 32)
+                for v in cfg.neighbours(n):  # the dropped ones too: they were routed, then vanished
+                    raw = clients[n]._s_sk.real.exchange(x25519.X25519PublicKey.from_public_bytes(adv[v].s_pk))
+                    m_uv = sa.expand_mask(sa.pairwise_seed(raw, cfg.job_id, r, n, v), r, 100, 32)
+                    want = want + m_uv if n < v else want - m_uv
+                np.testing.assert_array_equal(m.y, want & np.uint64((1 << 32) - 1))
+            _CountingKey.calls.clear()
         req = server.collect_masked(r, ys.values())
-        total = server.unmask(r, [clients[n].unmask(r, req.survivors, req.dropped) for n in req.survivors])
-        np.testing.assert_array_equal(total, _expected(xs, cfg.parties, 32))
-        assert sum(_CountingKey.calls.values()) == 2 * 6 * 20  # unmasking with no dropout: no agreement
+        total = server.unmask(r, [clients[n].unmask(r, req.survivors, req.dropped, server.envelopes_for(r, n))
+                                  for n in req.survivors])
+        np.testing.assert_array_equal(total, _expected(xs, req.survivors, 32))
+        if r == 0:
+            for n in cfg.parties:
+                assert _CountingKey.calls.get(adv[n].c_pk, 0) == 6, f"{n}: c agreements in round 0"
+                assert _CountingKey.calls.get(adv[n].s_pk, 0) == 6, f"{n}: s agreements in round 0"
+            assert len(ecdsa) == 20 + 20 * 6
+            ecdsa.clear()
+            _CountingKey.calls.clear()
+        else:
+            assert sum(_CountingKey.calls.values()) == 0 and not ecdsa, f"round {r}: key setup repeated"
 
 
 def _secrets_reachable(root) -> set[bytes]:
@@ -518,29 +629,38 @@ def _secrets_reachable(root) -> set[bytes]:
     return found
 
 
-def test_forget_erases_the_kept_envelope_keys(pki):
-    """After round 0, p000 holds for each neighbour v the key of v's envelope to it (derived here from
-    v's side of X25519(c_v, c_p000)); forget(0) leaves none of them, nor the raw agreement, nor the
-    round's private keys, reachable from the client; round 1 still runs."""
+def test_forget_erases_every_round_secret_and_close_the_job_keys(pki):
+    """After round 0 (p005 dropped), p000 holds b_p000,0, its round seeds k_{p000,v},0, and the shares it
+    opened; the keys of its envelopes to each neighbour and of theirs to it are derivable (computed here
+    from the neighbours' side of X25519(c_v, c_p000)) but must not be kept. forget(0) leaves none of these
+    reachable from the client; round 1 still runs with the same keys; close() then erases the long-term
+    private keys and agreements too."""
     cfg = sa.SecAggConfig("job-forget", _names(6), bits=32, min_survivors=3)
     clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
     xs = {n: np.arange(8, dtype=np.uint64) for n in cfg.parties}
-    _run_round(clients, server, 0, xs)
+    _, _, resps = _run_round(clients, server, 0, xs, before_input=["p005"])
     u, job = "p000", cfg.job_id
     mine = clients[u]._rounds[0]
-    raw_priv = {k.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                                serialization.NoEncryption()) for k in (mine.c_sk, mine.s_sk)}
-    c_pk = mine.advert.c_pk
-    open_keys, raws = set(), set()
+    per_round = {mine.b, *mine.seeds.values()}
+    per_round |= {sh for x in resps if x.name == u for sh in x.self_mask_shares.values()}
+    c_pk = clients[u].advert().c_pk
     for v in cfg.neighbours(u):
-        raw = clients[v]._rounds[0].c_sk.exchange(x25519.X25519PublicKey.from_public_bytes(c_pk))
-        raws.add(raw)
-        open_keys.add(sa._envelope_key(raw, job, 0, v, u))
+        raw = clients[v]._c_sk.exchange(x25519.X25519PublicKey.from_public_bytes(c_pk))
+        per_round |= {sa._envelope_key(raw, job, 0, v, u), sa._envelope_key(raw, job, 0, u, v)}
     before = _secrets_reachable(clients[u])
-    assert open_keys <= before and raw_priv <= before  # the search sees the cache and the round's keys
+    assert {mine.b, *mine.seeds.values()} <= before  # the search sees the round's state
+    assert len(mine.seeds) == 5 and mine.response is not None
     clients[u].forget(0)
-    leaked = (open_keys | raws | raw_priv) & _secrets_reachable(clients[u])
+    leaked = per_round & _secrets_reachable(clients[u])
     assert not leaked, f"{len(leaked)} secrets of round 0 still reachable after forget(0)"
     assert 0 not in clients[u]._rounds
     total, req, _ = _run_round(clients, server, 1, xs)
     np.testing.assert_array_equal(total, _expected(xs, req.survivors, 32))
+    long_term = {k.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                 serialization.NoEncryption()) for k in clients[u]._keys()}
+    long_term |= {x for p in clients[u]._peers.values() for x in (p.c_shared, p.s_shared)}
+    assert long_term <= _secrets_reachable(clients[u])
+    clients[u].close()
+    assert not long_term & _secrets_reachable(clients[u])
+    with pytest.raises(sa.ProtocolError):
+        clients[u].masked_input(2, xs[u], server.route_adverts(2, [c.advert() for c in clients.values()])[u])

@@ -152,7 +152,7 @@ def test_round_below_min_survivors_aborts_and_unmasks_nothing(segmentation, monk
 
     with pytest.raises(RoundAborted, match="nothing unmasked"):
         rec.run(monkeypatch, send=send, skip_aborted=False)
-    assert [k for _, k, _ in rec.kinds] == [sw.ADVERTISE, sw.SHARE, sw.MASKED]
+    assert [k for _, k, _ in rec.kinds] == [sw.ADVERTISE, sw.MASKED]
     assert len(rec.masked) == PMIN - 1
 
 
