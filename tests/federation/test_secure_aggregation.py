@@ -102,8 +102,12 @@ def dropped_run(segmentation):
 def test_sums_exact_with_30_percent_dropout(dropped_run):
     """Every round's decoded aggregate equals the decoding of the sum (mod 2^B) of exactly the
     survivors' encoded inputs, computed here with Python integers from what the parties encoded."""
-    rec, half = dropped_run, dropped_run.algo.party()
-    assert rec.gather.dropped_rounds >= 5 and rec.gather.aborted_rounds == 0
+    assert dropped_run.gather.dropped_rounds >= 5 and dropped_run.gather.aborted_rounds == 0
+    _assert_exact(dropped_run)
+
+
+def _assert_exact(rec: _Recorder) -> None:
+    half = rec.algo.party()
     for task, survivors, arrays in rec.rounds:
         assert len(survivors) >= PMIN
         plan = half.secure_plan(rec.spec, task)
@@ -170,6 +174,29 @@ def test_an_aborted_round_is_skipped_and_the_job_goes_on(segmentation, monkeypat
     assert rec.gather.aborted_rounds == 1
     assert not any(r == 3 and k == sw.UNMASK for r, k, _ in rec.kinds)
     assert [len(s) for t, s, _ in rec.rounds if t.round == 3] == [0]
+
+
+def test_a_restarted_party_misses_one_round_then_re_advertises_and_is_counted(segmentation, monkeypatch):
+    """p4's session is replaced before round 2 (a restart: new keys per job and session). Round 2 is
+    announced with its old keys: it refuses and is dropped (its neighbours' seeds with its old keys
+    remove their masks); the coordinator asks it alone for its advert in round 3, and it is counted
+    again. Every round's sum is exact; only the first round and round 3 send secagg/advertise."""
+    rec = _Recorder(segmentation, "secure-restart", dropout=0.0)
+
+    def send(tasks):
+        t0 = next(iter(tasks.values()))
+        if t0.kind == sw.MASKED and t0.round == 2:
+            rec.sessions["p4"] = open_sessions(rec.spec, [rec.sessions["p4"].party])[0]
+        return rec.send(tasks)
+
+    rec.run(monkeypatch, send=send)
+    assert rec.gather.aborted_rounds == 0
+    survivors = {t.round: s for t, s, _ in rec.rounds}
+    assert "p4" not in survivors[2] and len(survivors[2]) == P - 1
+    assert all(len(survivors[r]) == P for r in survivors if r != 2)
+    adverts = [(r, who) for r, k, who in rec.kinds if k == sw.ADVERTISE]
+    assert adverts == [(0, tuple(sorted(rec.sessions))), (3, ("p4",))]
+    _assert_exact(rec)
 
 
 def _chi2_top_nibble(words: np.ndarray, bits: int) -> float:
