@@ -63,7 +63,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import hashlib
+import hmac
 import math
 import os
 import secrets
@@ -78,7 +80,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, x25519
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.x509.oid import NameOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
@@ -137,16 +138,32 @@ class MaskedInputError(SecAggError):
 # ----------------------------------------------------------------------------------- encoding
 
 def _lp(*parts: bytes | str | int) -> bytes:
-    """Unambiguous length-prefixed encoding (4-byte big-endian length per field)."""
-    out = bytearray()
-    for p in parts:
-        b = p.encode() if isinstance(p, str) else (struct.pack(">q", p) if isinstance(p, int) else p)
-        out += struct.pack(">I", len(b)) + b
-    return bytes(out)
+    """Unambiguous length-prefixed encoding (4-byte big-endian length per field; ints as 8-byte signed)."""
+    return b"".join(len(p).to_bytes(4, "big") + p if isinstance(p, bytes) else _lp_field(p) for p in parts)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _lp_field(p: str | int) -> bytes:
+    """One name, job id or round, encoded as in :func:`_lp` (public values only: cached)."""
+    b = p.encode() if isinstance(p, str) else struct.pack(">q", p)
+    return len(b).to_bytes(4, "big") + b
+
+
+def _extract(secret: bytes) -> bytes:
+    """HKDF-Extract with no salt (RFC 5869: HMAC-SHA256 keyed with 32 zero bytes): the PRK of an
+    agreement, computed once per neighbour and job."""
+    return hmac.digest(bytes(32), secret, "sha256")
+
+
+def _expand(prk: bytes, info: bytes) -> bytes:
+    """HKDF-Expand to 32 bytes: its single block T(1) = HMAC-SHA256(PRK, info || 0x01)."""
+    return hmac.digest(prk, info + b"\x01", "sha256")
 
 
 def _hkdf(secret: bytes, info: bytes) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
+    """HKDF-SHA256 (RFC 5869) of 32 bytes with no salt: the same bytes as ``cryptography``'s HKDF, with
+    two HMAC calls instead of a KDF object per derivation (thousands per round)."""
+    return _expand(_extract(secret), info)
 
 
 def _agree(sk: x25519.X25519PrivateKey, pk: bytes) -> bytes:
@@ -339,12 +356,20 @@ def expand_mask(seed: bytes, round_: int, d: int, bits: int) -> np.ndarray:
 
 def pairwise_seed(shared: bytes, job_id: str, round_: int, u: str, v: str) -> bytes:
     """k_uv,r = HKDF-SHA256(X25519 secret) bound to job, round and the two names in order."""
+    return _expand(_extract(shared), _pairwise_info(job_id, round_, u, v))
+
+
+def _pairwise_info(job_id: str, round_: int, u: str, v: str) -> bytes:
     a, b = sorted((u, v))
-    return _hkdf(shared, _lp(b"dpfed-secagg-pairwise-v1", job_id, round_, a, b))
+    return _lp(b"dpfed-secagg-pairwise-v1", job_id, round_, a, b)
 
 
 def _envelope_key(shared: bytes, job_id: str, round_: int, sender: str, receiver: str) -> bytes:
-    return _hkdf(shared, _lp(b"dpfed-secagg-envelope-v1", job_id, round_, sender, receiver))
+    return _expand(_extract(shared), _envelope_info(job_id, round_, sender, receiver))
+
+
+def _envelope_info(job_id: str, round_: int, sender: str, receiver: str) -> bytes:
+    return _lp(b"dpfed-secagg-envelope-v1", job_id, round_, sender, receiver)
 
 
 def _envelope_ad(job_id: str, round_: int, sender: str, receiver: str) -> bytes:
@@ -400,6 +425,7 @@ class SecAggConfig:
             object.__setattr__(self, "threshold", max(2, t1 + 1, min(t2, nb // 2 + 1)))
         if not 1 <= self.threshold <= self.neighbour_count:
             raise ValueError(f"threshold {self.threshold} must lie in [1, {self.neighbour_count}]")
+        object.__setattr__(self, "_xs", {n: i + 1 for i, n in enumerate(names)})
         object.__setattr__(self, "_graph", neighbourhoods(names, self.degree,
                                                           _hkdf(self.graph_seed, _lp(b"dpfed-secagg-graph-v1", self.job_id, *names))))
 
@@ -412,7 +438,7 @@ class SecAggConfig:
 
     def x_of(self, name: str) -> int:
         """The Shamir x-coordinate of shares held by ``name`` (1 + its roster index)."""
-        return self.parties.index(name) + 1
+        return self._xs[name]  # type: ignore[attr-defined,no-any-return]
 
 
 @dataclass(frozen=True)
@@ -534,8 +560,8 @@ class _Peer:
 
     advert: KeyAdvert
     digest: bytes
-    c_shared: bytes  # X25519(c_u, c_v): envelope keys, HKDF per round and direction
-    s_shared: bytes  # X25519(s_u, s_v): pairwise seeds, HKDF per round
+    c_prk: bytes  # HKDF-Extract(X25519(c_u, c_v)): envelope keys, HKDF-Expand per round and direction
+    s_prk: bytes  # HKDF-Extract(X25519(s_u, s_v)): pairwise seeds, HKDF-Expand per round
 
 
 @dataclass
@@ -590,10 +616,10 @@ class SecAggClient:
 
     def _peer(self, a: KeyAdvert) -> _Peer:
         """The verified peer for advert ``a`` (checked and agreed once per advert, then cached)."""
-        digest = a.digest()
         known = self._peers.get(a.name)
-        if known is not None and known.digest == digest:
+        if known is not None and known.advert == a:  # checked before: no hash, no signature, no agreement
             return known
+        digest = a.digest()
         if a.job_id != self.config.job_id:
             raise KeySubstitutionError(f"advert of {a.name!r} is for job {a.job_id!r}, not this one")
         pub = self._certs.verify(a.cert_pem, a.name)
@@ -605,7 +631,7 @@ class SecAggClient:
         if a.c_pk == a.s_pk or {a.c_pk, a.s_pk} & mine:
             raise KeySubstitutionError(f"the keys advertised for {a.name!r} repeat a key")
         c_sk, s_sk = self._keys()
-        peer = _Peer(a, digest, _agree(c_sk, a.c_pk), _agree(s_sk, a.s_pk))  # once per neighbour and advert
+        peer = _Peer(a, digest, _extract(_agree(c_sk, a.c_pk)), _extract(_agree(s_sk, a.s_pk)))  # once per advert
         self._peers[a.name] = peer
         return peer
 
@@ -657,12 +683,12 @@ class SecAggClient:
         shares = shamir_split(int.from_bytes(b, "big"), [self.config.x_of(v) for v in holders], t)
         envs = []
         for v, y_share in zip(holders, shares, strict=True):
-            key = _envelope_key(peers[v].c_shared, job, r, self.name, v)
+            key = _expand(peers[v].c_prk, _envelope_info(job, r, self.name, v))
             nonce = os.urandom(12)
             ct = ChaCha20Poly1305(key).encrypt(nonce, _share_bytes(self.config.x_of(v), y_share),
                                                _envelope_ad(job, r, self.name, v))
             envs.append(Envelope(job, r, self.name, v, nonce, ct))
-        seeds = {v: pairwise_seed(peers[v].s_shared, job, r, self.name, v) for v in holders}
+        seeds = {v: _expand(peers[v].s_prk, _pairwise_info(job, r, self.name, v)) for v in holders}
         self._rounds[r] = _Round(dict(peers), b, seeds, tuple(envs))
         self._masked.add(r)
         return tuple(envs)
@@ -694,7 +720,7 @@ class SecAggClient:
             raise EnvelopeError(f"envelope for {e.receiver!r} delivered to {self.name!r}")
         if e.job_id != self.config.job_id or e.round != r:
             raise EnvelopeError(f"envelope for job {e.job_id!r} round {e.round} offered in round {r}")
-        key = _envelope_key(st.peers[e.sender].c_shared, e.job_id, r, e.sender, self.name)
+        key = _expand(st.peers[e.sender].c_prk, _envelope_info(e.job_id, r, e.sender, self.name))
         try:
             pt = ChaCha20Poly1305(key).decrypt(e.nonce, e.ciphertext, _envelope_ad(e.job_id, r, e.sender, self.name))
         except InvalidTag:

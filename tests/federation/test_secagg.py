@@ -519,6 +519,19 @@ def test_a_restarted_party_is_dropped_until_its_new_keys_are_routed(pki):
     np.testing.assert_array_equal(total, _expected(xs, cfg.parties, 32))
 
 
+def test_hkdf_is_rfc_5869_hkdf_sha256():
+    """The two-HMAC HKDF equals the ``cryptography`` package's HKDF-SHA256 (no salt, 32 bytes) on random
+    secrets and infos, and RFC 5869's test case 3 (no salt, no info)."""
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    gen = np.random.default_rng(5)
+    for n in range(50):
+        secret, info = gen.bytes(32), gen.bytes(n * 3)
+        assert sa._hkdf(secret, info) == HKDF(hashes.SHA256(), 32, None, info).derive(secret)
+    okm = bytes.fromhex("8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d9d201395faa4b61a96c8")
+    assert sa._hkdf(bytes([0x0b] * 22), b"") == okm[:32]
+
+
 # ------------------------------------------------------------------------------- key setup once per job
 
 
@@ -634,7 +647,7 @@ def test_forget_erases_every_round_secret_and_close_the_job_keys(pki):
     opened; the keys of its envelopes to each neighbour and of theirs to it are derivable (computed here
     from the neighbours' side of X25519(c_v, c_p000)) but must not be kept. forget(0) leaves none of these
     reachable from the client; round 1 still runs with the same keys; close() then erases the long-term
-    private keys and agreements too."""
+    private keys and the agreements' HKDF keys too."""
     cfg = sa.SecAggConfig("job-forget", _names(6), bits=32, min_survivors=3)
     clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
     xs = {n: np.arange(8, dtype=np.uint64) for n in cfg.parties}
@@ -658,7 +671,7 @@ def test_forget_erases_every_round_secret_and_close_the_job_keys(pki):
     np.testing.assert_array_equal(total, _expected(xs, req.survivors, 32))
     long_term = {k.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
                                  serialization.NoEncryption()) for k in clients[u]._keys()}
-    long_term |= {x for p in clients[u]._peers.values() for x in (p.c_shared, p.s_shared)}
+    long_term |= {x for p in clients[u]._peers.values() for x in (p.c_prk, p.s_prk)}
     assert long_term <= _secrets_reachable(clients[u])
     clients[u].close()
     assert not long_term & _secrets_reachable(clients[u])
