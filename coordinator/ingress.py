@@ -17,7 +17,7 @@ shard**: the driver combines O(shards) arrays per round, not O(parties) (a two-l
 tree). Under secure aggregation the masked inputs are merged likewise, by the merge the central
 process sends with the round (a sum mod 2^B naming its parties,
 :func:`~dpfed.federation.secure_wire.merge_masked`): one masked partial sum per shard. The public
-SecAgg steps (keys, shares, unmask answers), which the SecAgg half needs party by party, are passed
+SecAgg steps (adverts, unmask answers), which the SecAgg half needs party by party, are passed
 on per party.
 
 Heartbeats keep idle streams alive; stream open/close events go back to the central process

@@ -19,11 +19,11 @@ With file ledgers (``ledger_dir`` or ``ledger_paths``) a worker that dies is res
 the plan already charged (the charge is idempotent on ``JOB:plan``), so nothing is charged twice.
 In-memory ledgers cannot survive their process, so then a worker failure ends the run.
 
-Secure-aggregation jobs (``noise = "distributed"``, ``secure_aggregation``) run the four SecAgg
+Secure-aggregation jobs (``noise = "distributed"``, ``secure_aggregation``) run the SecAgg
 steps of each round through :class:`~dpfed.federation.secure_gather.SecureGather` at the driver;
 its ``send`` groups the per-party tasks by the worker hosting each party, one call per worker. The
-public steps (keys, shares, unmask answers) come back party by party (a refusal or simulated dropout
-is a missing answer); the masked inputs are merged in the worker by SecureGather's picklable merge
+public steps (adverts, unmask answers) come back party by party (a refusal or simulated dropout
+is a missing answer); the masked inputs (with their envelopes) are merged in the worker by SecureGather's picklable merge
 (a sum mod 2^B naming its parties, :func:`~dpfed.federation.secure_wire.merge_masked`), so the
 driver receives one masked partial sum per worker, and the SecAgg server counts the union of their
 parties as the survivors. One simulated CA signs every party's SecAgg keys (made at the driver,
