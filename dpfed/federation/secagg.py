@@ -16,7 +16,8 @@ Once per job (per client: a party that restarts makes a new one, with new keys):
 0. ``advert()``: long-term X25519 pairs c_u (envelopes) and s_u (pairwise masks), both public keys
    signed with the party's certificate key (ECDSA-SHA256 over job, name and keys): one signature per
    job. A receiver checks the certificate chain against the deployment CA, CN == name, OU == party and
-   the signature once per advert (cached by the advert's digest), so the coordinator cannot substitute
+   the signature once per advert (a party's advert seen before is recognised; a changed one is checked
+   again), so the coordinator cannot substitute
    keys (:class:`KeySubstitutionError`); it computes X25519(c_u, c_v) and X25519(s_u, s_v) once per
    neighbour and advert and keeps them for the job.
 
@@ -44,11 +45,14 @@ HKDF output bound to the round, so revealing it for a dropped v unmasks nothing 
 nor any other pair (HKDF as a PRF of the secret agreement), and the envelope keys are other HKDF
 outputs of another agreement. A party v declared dropped in round r: every honest neighbour refuses
 to return a share of b_v,r (it listed v as dropped, and answers r once), so the coordinator and
-fewer than t colluders hold < t shares, which are uniform and independent of b_v,r (Shamir); a
-late y_v minus every revealed k_vw,r is x_v + PRG(b_v,r): uniform. A survivor's b_u,r is rebuilt,
+fewer than t colluders hold < t shares, which are uniform and independent of b_v,r (Shamir); an
+honest party opens only the envelopes of parties it was told survived, so routing v's late envelopes
+to it gains nothing; a late y_v minus every revealed k_vw,r is x_v + PRG(b_v,r): uniform. A survivor's b_u,r is rebuilt,
 but its pairwise seeds with surviving neighbours are never revealed (each honest neighbour reveals
 k_uv,r only for a v it was told dropped), so y_u alone stays masked by them; they cancel only in the
-sum. b_u,r is fresh each round: b of round r says nothing about round r'.
+sum. b_u,r is fresh each round: b of round r says nothing about round r'. Per round the coordinator
+learns the survivors' b and the pairwise seeds of (survivor, dropped) pairs: exactly the masks it
+could recompute with fresh keys per round from the dropped party's rebuilt key, nothing more.
 
 What is given up against fresh keys per round: (a) a party's memory taken mid-job (or its long-term
 X25519 keys) exposes its pairwise seeds of every round of the job, not one round's (with per-round
@@ -57,7 +61,8 @@ keys, only the current round's keys are alive); the self-mask seeds of finished 
 answer the unmask request while one of its neighbours dropped leaves its k_uv,r unrevealed, and the
 round is aborted (with per-round keys the dropped party's key was rebuilt from any t neighbours).
 (c) A restarted party (new keys) misses the rounds until its new advert reached its neighbours.
-Long-term keys are erased with the client (``close``, or the job's end).
+The long-term keys live as long as the client: ``close`` erases them (the party session drops its
+clients with the job).
 """
 from __future__ import annotations
 
