@@ -264,6 +264,30 @@ def test_revealed_seeds_of_one_round_do_not_unmask_another(pki):
     np.testing.assert_array_equal(_strip(minus_b, st.seeds, "p005", 1, 32), xs["p005"])
 
 
+def test_a_self_mask_rebuilt_in_one_round_does_not_unmask_a_late_input_of_another(pki):
+    """Round 0: p005 survives, the coordinator rebuilds b_p005,0 from its neighbours' shares. Round 1: p005
+    is declared dropped (its neighbours reveal their round-1 seeds with it) and its input arrives late.
+    That input minus every revealed seed minus PRG(b_p005,0) (with either round's nonce) stays uniform:
+    the self mask is fresh per round (a self mask per job would unmask it here)."""
+    cfg = sa.SecAggConfig("job-fresh-b", _names(6), bits=32, min_survivors=3)
+    clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
+    d = 1 << 15
+    xs = {n: np.arange(d, dtype=np.uint64) % np.uint64(300) for n in cfg.parties}
+    _, req0, resps0 = _run_round(clients, server, 0, xs)
+    b0 = sa._reconstruct_secret([x.self_mask_shares["p005"] for x in resps0 if "p005" in x.self_mask_shares],
+                                cfg.threshold)  # what the coordinator rebuilt in round 0
+    _, _, resps1 = _run_round(clients, server, 1, xs, before_input=["p005"])
+    routed = server.route_adverts(1, [c.advert() for c in clients.values()])
+    late = clients["p005"].masked_input(1, xs["p005"], routed["p005"]).y
+    minus_seeds = _strip(late, {x.name: x.pairwise_seeds["p005"] for x in resps1}, "p005", 1, 32)
+    for nonce_round in (0, 1):
+        guess = (minus_seeds - sa.expand_mask(b0, nonce_round, d, 32)) & np.uint64((1 << 32) - 1)
+        assert _chi2_bytes(guess, 4) > ALPHA and _chi2_bits(guess, 32) > ALPHA
+    b1 = clients["p005"]._rounds[1].b  # sanity: with round 1's own self mask it would be x
+    np.testing.assert_array_equal((minus_seeds - sa.expand_mask(b1, 1, d, 32)) & np.uint64((1 << 32) - 1),
+                                  xs["p005"])
+
+
 # ------------------------------------------------------------------------------- parties' checks
 
 
