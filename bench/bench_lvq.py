@@ -36,6 +36,7 @@ from dpfed.algorithms.contract import JobSpec  # noqa: E402
 from dpfed.algorithms.lvq import DEFAULTS, evaluate, prepare_params, run_local  # noqa: E402
 from dpfed.core.rng import ReproducibleSeedWarning, SecureRNG  # noqa: E402
 from dpfed.simulation import run_inprocess  # noqa: E402
+from dpfed.core.errors import DpfedError  # noqa: E402
 
 warnings.simplefilter("ignore", ReproducibleSeedWarning)
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -202,11 +203,20 @@ def table_runs(args: argparse.Namespace) -> None:
                     continue
                 parties, noise = SETTINGS.get(s, (1, "local"))
                 hp_e = tun.get(f"{key}@{eps}", {}).get("chosen", hp) if eps is not None else hp
-                r = run_one(ds, X[tr], y[tr], X[te], y[te], model, eps, parties, noise, hp_e,
-                            seed=1000 + fi + 100 * si, secure=SECURE.get(s))
                 row = {"dataset": dataset, "model": model, "setting": s, "epsilon": eps, "fold": fi,
-                       "seed_index": si, "hp": hp_e, "omega_rank": hp_e.get("omega_rank", 0),
-                       "load_avg_1min": round(os.getloadavg()[0], 2), **r}
+                       "seed_index": si, "hp": hp_e, "omega_rank": hp_e.get("omega_rank", 0)}
+                try:
+                    r = run_one(ds, X[tr], y[tr], X[te], y[te], model, eps, parties, noise, hp_e,
+                                seed=1000 + fi + 100 * si, secure=SECURE.get(s))
+                except DpfedError as exc:  # e.g. a secure plan the parties refuse: recorded, never retried
+                    if s not in SECURE:
+                        raise
+                    row["refused"] = str(exc)
+                    with RUNS.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    print(f"{dataset} {model} {s} eps={eps} fold {fi} seed {si}: refused: {exc}", flush=True)
+                    continue
+                row.update(load_avg_1min=round(os.getloadavg()[0], 2), **r)
                 with RUNS.open("a") as f:
                     f.write(json.dumps(row) + "\n")
                 print(f"{dataset} {model} {s} eps={eps} fold {fi} seed {si}: error {r['test_error']:.3f} "
@@ -231,6 +241,8 @@ def report() -> None:
         return
     tun = load_tuning()
     all_rows = [json.loads(line) for line in RUNS.read_text().splitlines() if line.strip()]
+    refused = [r for r in all_rows if "refused" in r]
+    all_rows = [r for r in all_rows if "refused" not in r]
     rows = [r for r in all_rows if _current(r, tun)]
     retuned = [r for r in all_rows if not _current(r, tun)]
     by_fold: dict[tuple, dict[int, list[float]]] = {}
@@ -328,7 +340,7 @@ def report() -> None:
     if len(kept) == 2:  # hand-written notes after the marker survive a re-render
         lines += [KEEP_MARK + kept[1].rstrip("\n")]
     out.write_text("\n".join(lines) + "\n")
-    secure_report(rows, by_fold)
+    secure_report(rows, by_fold, refused)
     print("\n".join(lines))
     _plot(groups)
 
@@ -356,12 +368,13 @@ def _paired(a: dict[int, list[float]], c: dict[int, list[float]]) -> str:
     return f"{diff.mean():+.3f} ± {se:.3f} [{len(common)}]" if np.isfinite(se) else f"{diff.mean():+.3f} [{len(common)}]"
 
 
-def secure_report(rows: list[dict], by: dict[tuple, dict[int, list[float]]]) -> None:
+def secure_report(rows: list[dict], by: dict[tuple, dict[int, list[float]]], refused: list[dict]) -> None:
     """bench/results/secure_table1.md: the Table-1 cells under secure aggregation (settings of :data:`SECURE`)
     next to one party (a) and float distributed noise without SecAgg (c), same folds and seeds."""
     srows = [r for r in rows if r["setting"] in SECURE]
-    if not srows:
+    if not srows and not refused:
         return
+    why = {(r["dataset"], r["model"], r["setting"], r["epsilon"]): r["refused"] for r in refused}
     lines = ["# Table 1 under secure aggregation (issue 11)", "",
              "5 parties; noise `distributed`: each party adds a discrete Gaussian share to its encoded sum (rotation, "
              "scale, conditional rounding, mod 2^B) under SecAgg; accounting DDGauss RDP (KLS21 Prop. 14) with "
@@ -376,7 +389,7 @@ def secure_report(rows: list[dict], by: dict[tuple, dict[int, list[float]]]) -> 
              "| dataset | model | epsilon | (a) 1 party | (c) float distributed | s16 | s14 | s12 | s16d30 | "
              "s16 − (a) paired | s16d30 − (a) paired | target: within 0.01 of (a) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for dataset, model, eps in sorted({(r["dataset"], r["model"], r["epsilon"]) for r in srows}):
+    for dataset, model, eps in sorted({(r["dataset"], r["model"], r["epsilon"]) for r in srows + refused}):
         k = (dataset, model)
         a = by.get((*k, "a", eps), {})
         verdict = []
@@ -387,10 +400,14 @@ def secure_report(rows: list[dict], by: dict[tuple, dict[int, list[float]]]) -> 
                 d = float(np.mean([np.mean(v[f]) - np.mean(a[f]) for f in common]))
                 verdict.append(f"{s}: {'met' if d <= 0.01 else 'missed'} ({d:+.3f})")
         lines.append(f"| {dataset} | {model} | {eps} | " + " | ".join(
-            _cell_text(by.get((*k, s, eps), {})) for s in ("a", "c", "s16", "s14", "s12", "s16d30")) + " | "
+            "refused (see below)" if (*k, s, eps) in why and not by.get((*k, s, eps)) else _cell_text(by.get((*k, s, eps), {}))
+            for s in ("a", "c", "s16", "s14", "s12", "s16d30")) + " | "
             + f"{_paired(a, by.get((*k, 's16', eps), {}))} | {_paired(a, by.get((*k, 's16d30', eps), {}))} | "
             + ("; ".join(verdict) or "n/a") + " |")
-    eps_spent = [r["epsilon_spent"] / r["epsilon"] for r in srows]
+    for reason in sorted(set(why.values())):
+        cells = sorted(f"{k[0]} {k[1]} {k[2]} eps {k[3]}" for k, v in why.items() if v == reason)
+        lines += ["", f"Refused ({', '.join(cells)}): {reason}"]
+    eps_spent = [r["epsilon_spent"] / r["epsilon"] for r in srows] or [float("nan")]
     drops = [r for r in srows if r["setting"] == "s16d30" and r.get("dropped_rounds") is not None]
     lines += ["", f"Epsilon spent / target over the {len(srows)} secure runs: {min(eps_spent):.5f} to {max(eps_spent):.5f}."]
     if drops:

@@ -656,8 +656,11 @@ class LVQCoordinator(CoordinatorAlgorithm):
                                    else "")}
         if self.secure:
             sp = secure_lvq_plan(self.spec)
+            # the central noise of a step's sum from the P_min - c honest shares, in units of the clip norm
+            # (comparable with local/float noise's multiplier; the survivors beyond P_min add more)
+            z = sp.step.gamma * sp.step.sigma_share * math.sqrt(sp.step.honest_parties) / sp.step.clip
             out.update(sigma_share=sp.step.sigma_share, gamma=sp.step.gamma, init_sigma_share=sp.init.sigma_share,
-                       expected_batch_size=float(self.p["sampling_rate"]) * self.n_hat)
+                       noise_multiplier=z, expected_batch_size=float(self.p["sampling_rate"]) * self.n_hat)
         elif self.plan is not None:
             out.update(noise_multiplier=self.plan.noise_multiplier, init_count_noise=self.plan.count_noise,
                        init_sum_noise=self.plan.sum_noise, expected_batch_size=float(self.p["sampling_rate"]) * self.n_hat)

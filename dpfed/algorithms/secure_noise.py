@@ -170,6 +170,14 @@ def _calibrate(key: str) -> tuple[float, float, int]:
     bits = max(floor_bits, math.ceil(math.log2(2 * vectors + 2)) + 4)
     if bits > 62:
         raise ValueError(f"{vectors} vectors need more than 62 bits")
+    if q < 1 and steps > 1:  # below the subsampling bound's floor only the unamplified bound meets the target
+        floor = accounting.subsampling_floor_epsilon(prior, q, steps, delta)
+        if eps <= floor:
+            raise ValueError(
+                f"epsilon {eps:g} is below {floor:.3g}, the least the subsampling bound in use (Zhu & Wang 2019, "
+                f"general) certifies for {steps} Poisson({q:g}) rounds of distributed noise; only the bound without "
+                f"subsampling would meet it, with about sqrt({steps}) = {math.sqrt(steps):.0f} times the noise, which "
+                "drowns the signal: give more epsilon, fewer rounds (epochs / sampling_rate), or local noise")
 
     def eps_of(sigma: float, gamma: float) -> float:
         ev = _event(sigma, honest, clip, gamma, dim, beta, q, steps)

@@ -123,6 +123,18 @@ def _folds(ds: Dataset, args: argparse.Namespace, labelled: bool) -> list[tuple[
     return [(ds.X_train, ds.y_train, ds.X_test, ds.y_test)]
 
 
+def _preflight(algo: Any, spec: JobSpec, parties: int, records: int) -> None:
+    """The job's privacy plan as a party computes it (``job_event``), so parameters no party would accept
+    fail here in one line before any process starts."""
+    from dpfed.algorithms.contract import TaskRejected
+    from dpfed.simulation.inprocess import secure_spec
+
+    try:
+        algo.party().job_event(secure_spec(spec, [f"party-{i}" for i in range(parties)], records))
+    except TaskRejected as exc:
+        raise ValueError(f"the parties would refuse this job: {exc}") from None
+
+
 def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
     """Run the simulation the parsed ``args`` describe and return the JSON-able result."""
     t0 = time.perf_counter()
@@ -160,6 +172,8 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
         # a seeded run names its jobs from the seed: party noise is keyed by (seed, job id, party)
         job_id = f"sim-seed{args.seed}-fold{i}" if args.seed is not None else f"sim-{uuid.uuid4().hex[:12]}"
         spec = JobSpec(job_id, args.algorithm, params, ds.schema)
+        if i == 0:  # the plan every party will check, checked here first: a refusal is one line, nothing started
+            _preflight(algo, spec, args.parties, sum(len(Xp) for Xp, _ in party_data))
         label = f"{args.algorithm} fold {i + 1}/{len(folds)}" if len(folds) > 1 else args.algorithm
         progress = _Progress(label, enabled=True)
         if args.transport == "inproc":

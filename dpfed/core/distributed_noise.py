@@ -536,6 +536,22 @@ def poisson_subsampled_rdp(base_rdp: Callable[[np.ndarray], np.ndarray], samplin
     return capped
 
 
+def poisson_subsampling_floor(sampling_rate: float, orders: np.ndarray) -> np.ndarray:
+    """What :func:`poisson_subsampled_rdp` certifies per round however much noise there is, before its cap:
+    its formula with eps(l) = 0 is P[B <= 1] + P[B = 2] + 3 P[B >= 3] = 1 + 2 P[B >= 3], B ~ Bin(alpha, q) (the
+    factor 3 of its l >= 3 terms), so each round adds at least log(1 + 2 P[B >= 3]) / (alpha - 1) at order alpha
+    (orders as in :func:`event_rdp`: max(2, ceil(order))). Over many rounds these floors add up to an epsilon that
+    no noise level goes below with amplification; a lower target is met only through the cap eps(alpha) (no
+    amplification: about sqrt(rounds) times the noise). :func:`dpfed.core.accounting.subsampling_floor_epsilon`
+    turns the floor into that epsilon."""
+    if not 0 <= sampling_rate <= 1:
+        raise ValueError(f"sampling_rate must be in [0, 1], got {sampling_rate!r}")
+    a = np.maximum(2, np.ceil(np.asarray(orders, dtype=np.float64))).astype(np.int64)
+    tail = special.bdtrc(2, a, float(sampling_rate))  # P[Bin(a, q) >= 3]
+    floor: np.ndarray = np.log1p(2.0 * tail) / (a - 1)
+    return floor
+
+
 def event_rdp(event: DistributedDiscreteGaussianDpEvent, orders: np.ndarray,
               sampling_rate: float = 1.0) -> np.ndarray:
     """RDP of ``event`` (Poisson-subsampled at ``sampling_rate``) at any orders >= 1: a fractional

@@ -461,3 +461,68 @@ def test_accounting_composes_serialises_and_charges_the_event():
         assert ledger.charge("job-1", ev) == pytest.approx(eps)
         with pytest.raises(BudgetExceededError):
             ledger.charge("job-2", ev)
+
+
+@pytest.mark.parametrize("q", [0.003, 0.01, 0.1])
+def test_subsampling_floor_is_zhu_wang_bound_at_zero_rdp(q):
+    """poisson_subsampling_floor against the bound's own sum written out term by term (math.comb, exact
+    binomial weights): 1/(alpha-1) log[sum_{l<=2} C(alpha,l) q^l (1-q)^(alpha-l) + 3 sum_{l>=3} (...)];
+    and the floor never exceeds the uncapped bound of a real mechanism (where the cap does not bind)."""
+    orders = np.array([2, 3, 5, 8, 16, 33, 64, 128], dtype=np.float64)
+    floor = dn.poisson_subsampling_floor(q, orders)
+    for a, f in zip(orders.astype(int), floor, strict=True):
+        w = [math.comb(a, k) * q ** k * (1 - q) ** (a - k) for k in range(a + 1)]
+        want = math.log(sum(w[:3]) + 3 * sum(w[3:])) / (a - 1)
+        assert f == pytest.approx(want, rel=1e-9, abs=1e-15)
+    assert floor[0] == 0.0  # alpha = 2 has no l >= 3 term: no floor there
+    sigma = 1.0
+    bound = dn.poisson_subsampled_rdp(lambda a: a / (2 * sigma ** 2), q, orders)
+    uncapped = bound < orders / (2 * sigma ** 2)
+    assert uncapped.any() and (bound[uncapped] >= floor[uncapped] * (1 - 1e-12)).all()
+
+
+def test_floor_epsilon_is_what_no_noise_level_beats_with_amplification():
+    """subsampling_floor_epsilon (T = 5000, q = 0.01, delta 1e-5, the Table-1 DP-SGD): recomputed here from the
+    floor per order and CKS20's conversion; every DDGauss event at that (q, T), however large its noise, costs
+    more epsilon through the amplified bound than the floor; the cap (no amplification) is what goes below it,
+    and only with noise near sqrt(T) times larger."""
+    from dpfed.core import accounting
+
+    q, steps, delta = 0.01, 5000, 1e-5
+    floor_eps = accounting.subsampling_floor_epsilon(None, q, steps, delta)
+    orders = np.asarray(rdp_acc.RdpAccountant()._orders, dtype=np.float64)
+    a = orders[orders > 1.01]
+    per = steps * dn.poisson_subsampling_floor(q, a)
+    assert floor_eps == pytest.approx(float(np.min(per + np.log1p(-1 / a) - np.log(delta * a) / (a - 1))), rel=1e-12)
+    assert 0.8 < floor_eps < 0.9
+    l2, d = 100.0, 1000
+    for z in (2.0, 8.0, 50.0, 200.0):  # noise multiplier of the sum of 5 shares
+        sigma = z * l2 / math.sqrt(5)
+        ev = dn.DistributedDiscreteGaussianDpEvent(sigma, 5, l2, l2 * math.sqrt(d), d)
+        amplified = dn.poisson_subsampled_rdp(
+            lambda ls, s=sigma: dn.ddgauss_rdp(ls, s, 5, l2, l2 * math.sqrt(d), d), q, np.arange(2, 200))
+        direct = dn.ddgauss_rdp(np.arange(2, 200), sigma, 5, l2, l2 * math.sqrt(d), d)
+        through_amplification = amplified < direct
+        eps_amp = rdp_acc.compute_epsilon(np.arange(2, 200)[through_amplification],
+                                          steps * amplified[through_amplification], delta)[0]
+        assert eps_amp >= floor_eps
+        assert dn.ddgauss_epsilon(ev, delta, sampling_rate=q, steps=steps) > floor_eps  # the cap does not help yet
+    # noise 400 times the sensitivity (~sqrt(T) = 71 times what amplification needs at epsilon 1) gets below it
+    ev = dn.DistributedDiscreteGaussianDpEvent(400 * l2 / math.sqrt(5), 5, l2, l2 * math.sqrt(d), d)
+    assert dn.ddgauss_epsilon(ev, delta, sampling_rate=q, steps=steps) < 0.75
+
+
+def test_distributed_noise_below_the_floor_is_refused_in_one_line():
+    """A secure DP-SGD plan below the floor is refused with the reason (it used to come back with noise
+    ~10^12 times the clip, a useless model); above it the plan is finite and its epsilon meets the target."""
+    from dpfed.algorithms import secure_noise as sn
+
+    sp = sn.secure_params({"noise": "distributed", "secure_aggregation": True, "bits": 16, "min_survivors": 5,
+                           "roster": [f"p{i}" for i in range(5)], "records": 14000})
+    with pytest.raises(ValueError, match=r"epsilon 0\.75 is below 0\.8[0-9]*, the least the subsampling bound"):
+        sn.calibrate_release(sp, epsilon=0.75, delta=1e-5, clip=0.1, dimension=7840, vectors=212,
+                             sampling_rate=0.01, steps=5000)
+    plan = sn.calibrate_release(sp, epsilon=1.5, delta=1e-5, clip=0.1, dimension=7840, vectors=212,
+                                sampling_rate=0.01, steps=5000)
+    z = plan.gamma * plan.sigma_share * math.sqrt(plan.honest_parties) / plan.clip
+    assert 2.0 < z < 4.0
