@@ -49,7 +49,7 @@ from dpfed.core.dgauss_alias import sample_discrete_gaussian_alias
 __all__ = [
     "DistributedDiscreteGaussianDpEvent", "DistributedNoisePlan", "RDP_ORDERS",
     "padded_dimension", "rotation_block", "rotation_signs", "fwht", "rotate", "unrotate", "clip_rows",
-    "rounded_l2_bound", "rounded_l1_bound", "conditional_round", "quantize", "add_noise_mod",
+    "rounded_l2_bound", "rounded_l1_bound", "conditional_round", "conditional_round32", "quantize", "add_noise_mod",
     "encode", "modular_sum", "decode_integers", "decode", "choose_gamma", "choose_bits",
     "wraparound_bound", "event_invalid", "ddgauss_tau", "ddgauss_rdp", "poisson_subsampled_rdp", "event_rdp",
     "ddgauss_epsilon", "distributed_dp_sgd_epsilon", "calibrate_sigma_share", "plan_distributed_noise",
@@ -99,15 +99,15 @@ def rotation_signs(seed: bytes, n: int) -> np.ndarray:
     return signs
 
 
-@functools.lru_cache(maxsize=8)
-def _hadamard(bits: int) -> np.ndarray:
+@functools.lru_cache(maxsize=16)
+def _hadamard(bits: int, dtype: str = "float64") -> np.ndarray:
     """Sylvester's Hadamard matrix H_{2^bits} (entries +-1, H[i, j] = (-1)^popcount(i & j))."""
     i = np.arange(1 << bits)
     and_ = i[:, None] & i[None, :]
     parity = np.zeros_like(and_)
     for b in range(bits):
         parity ^= (and_ >> b) & 1
-    h = 1.0 - 2.0 * parity
+    h: np.ndarray = (1.0 - 2.0 * parity).astype(dtype)
     h.setflags(write=False)
     return h
 
@@ -116,8 +116,11 @@ def fwht(x: np.ndarray, scale: float = 1.0) -> np.ndarray:
     """Walsh-Hadamard transform ``scale`` H_n x along the last axis (n a power of two), Sylvester
     order. H_n = H_{2^b1} (x) ... (x) H_{2^bm} with blocks of <= 32, so the transform is a few BLAS
     products over a reshaped array (~ 6.4 n log2(n) flops, no Python loop over entries); ``scale``
-    rides on the first block's matrix."""
-    x = np.asarray(x, dtype=np.float64)
+    rides on the first block's matrix. float32 input is transformed in float32 (the encoder's
+    rotation, :func:`quantize`: single-precision BLAS, about 2-4x faster), anything else in float64."""
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        x = x.astype(np.float64, copy=False)
     n = x.shape[-1]
     if n < 1 or n & (n - 1):
         raise ValueError(f"the last axis must have a power-of-two length, got {n}")
@@ -127,10 +130,13 @@ def fwht(x: np.ndarray, scale: float = 1.0) -> np.ndarray:
     blocks = [k // stages + (i < k % stages) for i in range(stages)] if stages else []
     y = x.reshape(-1, n)
     if not blocks:
-        return (y * scale).reshape(lead + (n,))
+        scaled: np.ndarray = (y * x.dtype.type(scale)).reshape(lead + (n,))
+        return scaled
     left, right = y.shape[0], n
     for i, b in enumerate(blocks):
-        h = _hadamard(b) * scale if i == 0 and scale != 1.0 else _hadamard(b)
+        h = _hadamard(b, x.dtype.name)
+        if i == 0 and scale != 1.0:
+            h = h * x.dtype.type(scale)
         right >>= b
         if right == 1:
             y = y.reshape(-1, 1 << b) @ h
@@ -140,13 +146,22 @@ def fwht(x: np.ndarray, scale: float = 1.0) -> np.ndarray:
     return y.reshape(lead + (n,))
 
 
-def _rotation_parts(seed: bytes, d: int) -> list[tuple[slice, np.ndarray]]:
+def _rotation_parts(seed: bytes, d: int, width: int = 64) -> list[tuple[slice, np.ndarray]]:
     """The blocks of :func:`rotate`: (coordinates, sign masks) for the first n coordinates and,
     unless d = n, the last n, with independent public signs (one keystream of 2n signs). A mask is
-    bit 63 where the sign is -1: XOR on the float64 bits multiplies by D exactly."""
+    the sign bit (bit ``width`` - 1 of a float64 or float32 word) where the sign is -1: XOR on the
+    float's bits multiplies by D exactly. Cached per (seed, d, width): a party encodes a round's
+    rows in several chunks with one seed (read-only arrays)."""
+    return _rotation_parts_cached(bytes(seed), int(d), int(width))
+
+
+@functools.lru_cache(maxsize=4)
+def _rotation_parts_cached(seed: bytes, d: int, width: int) -> list[tuple[slice, np.ndarray]]:
     n = rotation_block(d)
-    masks = _sign_bits(seed, n if n == d else 2 * n).astype(np.uint64)
-    masks <<= np.uint64(63)
+    utype = np.uint64 if width == 64 else np.uint32
+    masks = _sign_bits(seed, n if n == d else 2 * n).astype(utype)
+    masks <<= utype(width - 1)
+    masks.setflags(write=False)
     parts = [(slice(0, n), masks[:n])]
     if n < d:
         parts.append((slice(d - n, d), masks[n:]))
@@ -170,10 +185,12 @@ def rotate(rows: np.ndarray, seed: bytes) -> np.ndarray:
 
 
 def _rotate_inplace(out: np.ndarray, seed: bytes) -> None:
-    """``out`` <- R ``out`` (see :func:`rotate`), block by block."""
-    for cols, masks in _rotation_parts(seed, out.shape[-1]):
+    """``out`` <- R ``out`` (see :func:`rotate`), block by block, in the precision of ``out``
+    (float64, or float32 for the encoder: :func:`quantize`)."""
+    width = 8 * out.dtype.itemsize
+    for cols, masks in _rotation_parts(seed, out.shape[-1], width):
         block = out[..., cols]
-        block.view(np.uint64)[...] ^= masks  # D x
+        block.view(masks.dtype)[...] ^= masks  # D x
         out[..., cols] = fwht(block, 1.0 / math.sqrt(block.shape[-1]))
 
 
@@ -190,17 +207,20 @@ def unrotate(rows: np.ndarray, seed: bytes, dimension: int) -> np.ndarray:
     return out
 
 
-def clip_rows(rows: np.ndarray, clip: float, *, scale: float = 1.0) -> np.ndarray:
+def clip_rows(rows: np.ndarray, clip: float, *, scale: float = 1.0,
+              dtype: type = np.float64) -> np.ndarray:
     """Each row scaled by min(1, clip / ||row||_2) (KLS21 Alg. 1, first step), then by ``scale``
-    (a new array)."""
+    (a new array of ``dtype``: float64, or float32 for the encoder, rounded once from the float64
+    product). The norms are float64; a finite norm proves every entry finite, so the entries are
+    only scanned when some norm is not (an overflowing norm clips its row to zero)."""
     if not (clip > 0 and math.isfinite(clip)):
         raise ValueError(f"clip must be positive and finite, got {clip!r}")
     rows = np.atleast_2d(np.asarray(rows, dtype=np.float64))
-    if not np.isfinite(rows).all():
-        raise ValueError("the vector to encode has non-finite entries")
     norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    if not np.isfinite(norms).all() and not np.isfinite(rows).all():
+        raise ValueError("the vector to encode has non-finite entries")
     factor = np.minimum(1.0, clip / np.maximum(norms, np.finfo(float).tiny)) * scale
-    clipped: np.ndarray = rows * factor[:, None]
+    clipped: np.ndarray = np.multiply(rows, factor[:, None], out=np.empty(rows.shape, dtype), casting="same_kind")
     return clipped
 
 
@@ -243,24 +263,91 @@ def conditional_round(rows: np.ndarray, bound: float, rng: SecureRNG, *,
     limit = math.floor(bound * bound)  # ||r||^2 is an integer: <= bound^2 iff <= floor(bound^2)
     floor = np.floor(rows)
     frac = rows - floor
-    out = np.empty(rows.shape, dtype=np.int64)
-    pending = np.arange(rows.shape[0])
-    for attempt in range(max_tries):
-        every = attempt == 0  # the first try takes every row without copying floor and frac
-        fl, fr = (floor, frac) if every else (floor[pending], frac[pending])
+
+    def draw(pending: np.ndarray | None) -> np.ndarray:
+        fl, fr = (floor, frac) if pending is None else (floor[pending], frac[pending])
         cand = rng.uniform(fr.shape)
         np.less(cand, fr, out=cand)  # 1.0 where the coordinate rounds up
         cand += fl
-        approx = np.einsum("ij,ij->i", cand, cand)
-        ok = approx <= limit * (1.0 + 1e-9) + 1.0  # float pre-check, then the exact one
-        cand_int = cand[ok].astype(np.int64)
+        return cand
+
+    return _accept_rounded(rows.shape, draw, limit, limit * (1.0 + 1e-9) + 1.0, max_tries)
+
+
+def _accept_rounded(shape: tuple[int, ...], draw: Callable[[np.ndarray | None], np.ndarray], limit: int,
+                    screen: float, max_tries: int) -> np.ndarray:
+    """The retry loop of conditional rounding (KLS21 Alg. 1): ``draw(None)`` rounds every row once,
+    ``draw(idx)`` the rows ``idx`` afresh (integer-valued floats). A row is accepted iff its float
+    square sum is <= ``screen`` (a pre-check that keeps int64 from overflowing) and its exact int64
+    square sum is <= ``limit``; failed rows are redrawn. int64 rows; raises after ``max_tries``."""
+    out: np.ndarray | None = None
+    pending = np.arange(shape[0])
+    for attempt in range(max_tries):
+        cand = draw(None if attempt == 0 else pending)
+        ok = np.einsum("ij,ij->i", cand, cand) <= screen
+        cand_int = (cand if ok.all() else cand[ok]).astype(np.int64)
         exact_ok = np.einsum("ij,ij->i", cand_int, cand_int) <= limit
+        if attempt == 0 and ok.all() and exact_ok.all():
+            return cand_int  # every row accepted at once (the usual case): no copy
+        if out is None:
+            out = np.empty(shape, dtype=np.int64)
         ok[ok] = exact_ok
         out[pending[ok]] = cand_int[exact_ok]
         pending = pending[~ok]
         if pending.size == 0:
             return out
     raise RuntimeError(f"conditional rounding failed {max_tries} times (input beyond its clip?)")
+
+
+def conditional_round32(rows: np.ndarray, bound: float, rng: SecureRNG, *, max_tries: int = 200) -> np.ndarray:
+    """:func:`conditional_round` of float32 rows (the encoder's, :func:`quantize`) with 32-bit
+    uniforms; returns int64 rows whose squared L2 norm is checked <= floor(bound^2) exactly in int64.
+
+    A coordinate v rounds to sign(v) (floor|v| + [U < 2^32 frac|v|]), U uniform on the integers
+    [0, 2^32) from the ChaCha20 keystream (4 bytes per coordinate, half of the float64 path's 8).
+    Exactness: frac|v| = |v| - floor|v| is exact in float32 (Sterbenz's lemma for |v| >= 1, trivial
+    below), times 2^32 is exact (a power of two), and for an integer U, U < t iff U < ceil(t), so the
+    decision is exactly [U / 2^32 < frac|v|]: P(round up in magnitude) = ceil(2^32 frac|v|) / 2^32,
+    which is frac|v| itself for |v| >= 2^-9 (ulp(|v|) >= 2^-32) and exceeds it by < 2^-32 below:
+    unbiased to 2^-32 per coordinate (the float64 path: 2^-53). Rounding the magnitude and restoring
+    the sign (v's sign bit OR-ed in) gives the same law as rounding v (randomized rounding is odd),
+    and avoids 1 - |v| for v in (-1, 0), which float32 cannot hold exactly. floor|v| + 1 is exact:
+    frac|v| > 0 only below 2^23.
+
+    Privacy rests only on the integer check, whatever the floats were: an accepted row has
+    ||r||^2 <= floor(bound^2) in exact int64 arithmetic. The float32 pre-check only screens rows
+    whose square sum could overflow int64: its error is <= g = (d+1) 2^-24 / (1 - (d+1) 2^-24)
+    relative (Higham, Thm. 3.1, any summation order), so a row within the bound always passes
+    (approx <= (1 + g) limit) and a passing one has ||r||^2 <= (1 + g) limit / (1 - g) + 1 < 2^62."""
+    rows = np.atleast_2d(np.asarray(rows))
+    if rows.dtype != np.float32:
+        raise TypeError("conditional_round32 takes float32 rows")
+    if not (bound > 0 and bound * bound < 2.0**52):
+        raise ValueError(f"bound must be in (0, 2^26), got {bound!r}")
+    u = (rows.shape[-1] + 1) * 2.0**-24
+    if u >= 0.25:
+        raise ValueError(f"rows of {rows.shape[-1]} coordinates are too long for the float32 pre-check")
+    limit = math.floor(bound * bound)
+    screen = limit * (1.0 + u / (1.0 - u)) + 1.0
+    mag = np.abs(rows)
+    floor = np.floor(mag)
+    thr = np.subtract(mag, floor, out=mag)  # frac|v|, exact
+    if not np.isfinite(thr).all():  # inf - inf is NaN: a non-finite entry would fail every try
+        raise ValueError("the rows to round have non-finite entries")
+    thr *= np.float32(2.0**32)
+    np.ceil(thr, out=thr)  # integers <= 2^32 - 2^8 (frac <= 1 - 2^-24)
+    thr_u = thr.astype(np.uint32)
+    signs = rows.view(np.uint32) & np.uint32(1 << 31)
+
+    def draw(pending: np.ndarray | None) -> np.ndarray:
+        fl, th, sg = (floor, thr_u, signs) if pending is None else (floor[pending], thr_u[pending], signs[pending])
+        up = rng._uint32(th.size).reshape(th.shape) < th
+        cand: np.ndarray = np.add(fl, up, dtype=np.float32)
+        bits = cand.view(np.uint32)
+        bits |= sg  # sign(v) (floor|v| + up), exact
+        return cand
+
+    return _accept_rounded(rows.shape, draw, limit, screen, max_tries)
 
 
 # --------------------------------------------------------------------------- plan, encode, decode
@@ -334,16 +421,26 @@ def quantize(x: np.ndarray, plan: DistributedNoisePlan, *, seed: bytes,
              rng: SecureRNG) -> np.ndarray:
     """Clip, rotate, scale by 1/gamma and conditionally round each row of ``x`` (1-D: one vector);
     returns the int64 sum of the rounded rows (length d). Each row is one privacy unit. The clip
-    factor and 1/gamma are applied in one pass and the rotation works on that copy (R is linear)."""
+    factor and 1/gamma are applied in one pass and the rotation works on that copy (R is linear).
+
+    The rotation and the rounding run in float32 (:func:`fwht`, :func:`conditional_round32`). A
+    float error cannot break privacy: the sensitivity argument (KLS21 Thm. 1) needs only that each
+    row's rounded integer vector has ||r||_2 <= Delta_2, and that is checked exactly in integers
+    after rounding, whatever real vector the floats produced; the rounded vectors and the noise
+    share are integers, summed exactly. Floats only move the point that is rounded: by < 2^-24
+    relative per float32 operation, so ||fl(R x / gamma) - R x / gamma|| <~ 2^-24 (log2 d + 3)
+    ||x|| / gamma (a few 1e-6 of the vector), far below the rounding's own sqrt(d)/2 and the noise
+    (tests/core/test_distributed_noise.py checks the decoded sums against the float64 pipeline)."""
     rows = np.atleast_2d(np.asarray(x, dtype=np.float64))
     if rows.shape[-1] != plan.dimension:
         raise ValueError(f"expected vectors of dimension {plan.dimension}, got {rows.shape[-1]}")
     total = np.zeros(plan.dimension, dtype=np.int64)
     step = max(1, _CHUNK_ELEMENTS // plan.dimension)  # bounded memory for many rows
+    bound = plan.l2_sensitivity
     for lo in range(0, rows.shape[0], step):
-        scaled = clip_rows(rows[lo:lo + step], plan.clip, scale=1.0 / plan.gamma)
+        scaled = clip_rows(rows[lo:lo + step], plan.clip, scale=1.0 / plan.gamma, dtype=np.float32)
         _rotate_inplace(scaled, seed)
-        total += conditional_round(scaled, plan.l2_sensitivity, rng).sum(axis=0)
+        total += conditional_round32(scaled, bound, rng).sum(axis=0)
     return total
 
 
@@ -353,9 +450,11 @@ def add_noise_mod(values: np.ndarray, sigma_share: float, bits: int, rng: Secure
     values = np.asarray(values)
     if values.dtype.kind not in "iu":
         raise TypeError("add_noise_mod takes integer values")
-    noise = sample_discrete_gaussian_alias(sigma_share, values.shape, rng)
-    wrapped: np.ndarray = (values.astype(np.int64) + noise) & ((1 << int(bits)) - 1)
-    return wrapped.astype(np.uint64)
+    noise = sample_discrete_gaussian_alias(sigma_share, values.shape, rng)  # a new int64 array
+    noise += values.astype(np.int64, copy=False)
+    noise &= (1 << int(bits)) - 1
+    wrapped: np.ndarray = noise.view(np.uint64)
+    return wrapped
 
 
 def encode(x: np.ndarray, plan: DistributedNoisePlan, *, seed: bytes, rng: SecureRNG) -> np.ndarray:

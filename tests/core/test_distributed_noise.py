@@ -8,6 +8,7 @@ implementation fails this file with probability below 1e-3 over seeds). Runtime:
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -151,6 +152,113 @@ def test_randomized_rounding_is_unbiased():
 def test_conditional_rounding_refuses_rather_than_leaks():
     with pytest.raises(RuntimeError):
         dn.conditional_round(np.full((1, 16), 3.5), 2.0, rng("refuse"), max_tries=5)
+
+
+def _round32_reference(v: np.ndarray, words: np.ndarray) -> np.ndarray:
+    """sign(v) (floor|v| + [U / 2^32 < frac|v|]) in exact rational arithmetic (Fractions)."""
+    out = np.empty(v.size, dtype=np.int64)
+    for i, (x, w) in enumerate(zip(v.tolist(), words.tolist(), strict=True)):
+        a = abs(Fraction(x))
+        fl = math.floor(a)
+        r = fl + (Fraction(w, 2**32) < a - fl)
+        out[i] = -r if x < 0 or (x == 0 and math.copysign(1.0, x) < 0) else r
+    return out
+
+
+def test_conditional_round32_decides_exactly_from_its_32_bit_words():
+    """Every float32 coordinate rounds exactly as sign(v) (floor|v| + [U / 2^32 < frac|v|]) for the
+    keystream's 32-bit words U (drawn again from a clone of the generator), computed with Fractions.
+    The first half of the coordinates is built from those words so that the boundary cases occur:
+    frac|v| * 2^32 == U exactly (must not round up: '<', not '<=') and, for U < 2^23,
+    frac|v| * 2^32 = U + 1/2 (must round up: the threshold is ceil, not floor); the rest spans
+    magnitudes 2^-30 .. 2^16, integers, a few beyond 2^23 and -0.0. No bound is active (beta = 0's
+    bound always holds)."""
+    n = 40_000
+    words = rng("r32")._uint32(n)
+    gen = np.random.default_rng(5)
+    w = words[: n // 2].astype(np.float64)
+    built = np.where(w < 2**23, (w + 0.5) * 2.0**-32, w * 2.0**-32).astype(np.float32)
+    mags = (2.0 ** gen.uniform(-30, 16, n // 2)).astype(np.float32)
+    mags[:200] = np.round(mags[:200])  # integers: never move
+    mags[200:203] = [2.0**23 + 0.5, 2.0**23 + 2, 1.5 * 2.0**24]  # no fraction at and above 2^23
+    v = np.concatenate([built, mags]) * np.where(gen.random(n) < 0.5, -1, 1).astype(np.float32)
+    v[-1] = np.float32(-0.0)
+    exact_hits = int((built.astype(np.float64) * 2**32 == w).sum())
+    half_hits = int((w < 2**23).sum())
+    assert exact_hits > 50 and half_hits > 10  # the boundary cases do occur
+    bound = dn.rounded_l2_bound(float(np.linalg.norm(v.astype(np.float64))) + 1.0, 0.0, n)
+    got = dn.conditional_round32(v[None, :], bound, rng("r32"))[0]
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, _round32_reference(v, words))
+
+
+def test_conditional_round32_never_exceeds_its_bound_and_is_unbiased():
+    """As for the float64 path: coordinates at 1/2 with beta = 0.9 exceed Delta_2 often unless
+    retried (300 rows, P(all within) < 1e-9 without the check); and without a condition the
+    round-up rate of -2.3 is 0.7 (binomial test at ALPHA; the 32-bit threshold is exact here up to
+    2^-32, far below the test's resolution)."""
+    d, beta = 64, 0.9
+    x = np.full((300, d), 0.5, dtype=np.float32)
+    bound = dn.rounded_l2_bound(float(np.linalg.norm(x[0].astype(np.float64))), beta, d)
+    r = dn.conditional_round32(x, bound, rng("cond32"))
+    assert set(np.unique(r)) <= {0, 1}
+    assert (np.einsum("ij,ij->i", r.astype(np.int64), r.astype(np.int64)) <= bound ** 2).all()
+    v = np.full((1, 200_000), -2.3, dtype=np.float32)
+    r = dn.conditional_round32(v, dn.rounded_l2_bound(float(np.linalg.norm(v.astype(np.float64))), 0.0, v.size),
+                               rng("unbiased32"))
+    assert set(np.unique(r)) == {-3, -2}
+    assert stats.binomtest(int((r == -2).sum()), v.size, 1 - float(np.float32(2.3) - 2)).pvalue > ALPHA
+    with pytest.raises(RuntimeError):
+        dn.conditional_round32(np.full((1, 16), 3.5, dtype=np.float32), 2.0, rng("refuse32"), max_tries=5)
+    with pytest.raises(TypeError):
+        dn.conditional_round32(np.zeros((1, 4)), 2.0, rng("f64"))
+    with pytest.raises(ValueError):
+        dn.conditional_round32(np.full((1, 4), np.nan, dtype=np.float32), 2.0, rng("nan"))
+
+
+@pytest.mark.parametrize("d", [1000, 65_541])
+def test_float32_rotation_is_the_float64_one_to_single_precision(d):
+    """The encoder rotates in float32: it agrees with the float64 rotation (itself checked against
+    scipy's Hadamard matrix above) to 2^-19 of the vector's norm, for one and for several rows."""
+    seed = f"r32:{d}".encode()
+    x = unit_rows(3, d, 9, norm=50.0)
+    want = dn.rotate(x, seed)
+    got = x.astype(np.float32)
+    dn._rotate_inplace(got, seed)
+    assert got.dtype == np.float32
+    err = np.linalg.norm(got.astype(np.float64) - want, axis=1)
+    assert (err <= 2.0**-19 * 50.0).all()
+    assert (err > 0).any()  # it is float32 arithmetic, not float64 in disguise
+
+
+def test_quantize_rounds_the_rotated_point_unbiasedly():
+    """Utility of the float32 encoder: quantize's integer sum minus the float64 reference point
+    sum_i R clip(x_i) / gamma (computed here with the float64 rotation) is the rounding error alone.
+    Its squared norm has mean sum of f (1 - f) over the rows' fractional parts f (KLS21's unbiased
+    randomized rounding; conditioning is inactive at beta = 0): within 3 % over 64 x 4096
+    coordinates (sd of the ratio ~0.4 %, a > 7-sd margin); its mean per coordinate is ~0 (z-test at
+    ALPHA). A wrong sign, scale or rotation in the float32 path moves it by orders of magnitude."""
+    d, m = 4096, 64
+    plan = small_plan(dimension=d, gamma=0.002, clip=1.0, beta=0.0)
+    x = unit_rows(m, d, 4, norm=1.5)
+    seed = b"q32"
+    ref = dn.rotate(dn.clip_rows(x, plan.clip, scale=1.0 / plan.gamma), seed)
+    f = ref - np.floor(ref)
+    err = dn.quantize(x, plan, seed=seed, rng=rng("q32")) - ref.sum(axis=0)
+    expect = float((f * (1 - f)).sum())
+    assert abs(float((err ** 2).sum()) / expect - 1.0) < 0.03
+    sd = math.sqrt(expect / d)
+    assert abs(float(err.mean())) < Z_TWO_SIDED * sd / math.sqrt(d)
+
+
+def test_clip_rows_refuses_non_finite_entries_and_keeps_overflowing_rows_finite():
+    with pytest.raises(ValueError, match="non-finite"):
+        dn.clip_rows(np.array([[1.0, np.nan], [0.0, 1.0]]), 1.0)
+    with pytest.raises(ValueError, match="non-finite"):
+        dn.clip_rows(np.array([[1.0, 2.0], [np.inf, 1.0]]), 1.0, dtype=np.float32)
+    big = dn.clip_rows(np.array([[1e200, 1e200], [3.0, 4.0]]), 1.0, dtype=np.float32)
+    assert big.dtype == np.float32 and np.isfinite(big).all()
+    np.testing.assert_allclose(big[1], [0.6, 0.8], rtol=1e-7)
 
 
 # --------------------------------------------------------------------------- encode / decode
