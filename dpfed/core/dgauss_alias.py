@@ -33,7 +33,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpfed.core.rng import SecureRNG
-from dpfed.core.samplers import _bits, _collect, _dg_sigma, _size_tuple
+from dpfed.core.samplers import _bits, _dg_sigma, _size_tuple
 
 __all__ = ["sample_discrete_gaussian_alias"]
 
@@ -186,19 +186,20 @@ def _tail(tab: _Table, negative: bool, rng: SecureRNG) -> int | None:
 def _chunk(tab: _Table, u: np.ndarray, rng: SecureRNG, exact_only: bool) -> np.ndarray:
     """The accepted values of the proposals with words ``u`` (int64 < 2^K), in proposal order.
     Most are accepted by the exact integer squeeze rem < floor(λ min_block f) <= λ f(y) - ... (then
-    rem + U' < λ f(y) for every U'); the rest go to :func:`_rest`."""
+    rem + U' < λ f(y) for every U'); the rest go to :func:`_rest`. Table look-ups by ``np.take``
+    (keys are in range by construction: ``mode="clip"`` only skips numpy's bounds check)."""
     shift = _K - tab.col_bits
     r = u & ((1 << shift) - 1)
     key = u >> shift
-    part = r >= tab.thresh[key]
+    part = r >= np.take(tab.thresh, key, mode="clip")
     key <<= 1
     key += part
     o = r
-    o += tab.key_obase[key]
+    o += np.take(tab.key_obase, key, mode="clip")
     y = o & ((1 << tab.s) - 1)
-    y ^= tab.key_ybase[key]
+    y ^= np.take(tab.key_ybase, key, mode="clip")
     o >>= tab.s                                  # rem, uniform on [0, G_j)
-    accept = o < tab.key_squeeze[key]
+    accept = o < np.take(tab.key_squeeze, key, mode="clip")
     if exact_only:
         accept[:] = False
     rest = np.flatnonzero(~accept)
@@ -247,11 +248,19 @@ def sample_discrete_gaussian_alias(sigma: float | Fraction, size: int | tuple[in
     sig = _dg_sigma(sigma)
     tab = _table(sig, float(_cut))
 
-    def batch(need: int) -> np.ndarray:
-        k = int(need / tab.acceptance * 1.02) + 32  # batch size only: any value keeps the law exact
+    shape = _size_tuple(size)
+    n = math.prod(shape)
+    out = np.empty(n, dtype=np.int64)
+    have = 0
+    while have < n:  # accepted samples in proposal order, written in place; a prefix of i.i.d. samples is i.i.d.
+        k = int((n - have) / tab.acceptance * 1.02) + 32  # batch size only: any value keeps the law exact
         words = rng.uint64(k)
         words >>= np.uint64(64 - _K)
         u = words.view(np.int64)
-        return np.concatenate([_chunk(tab, u[lo:lo + _CHUNK], rng, _exact_only) for lo in range(0, k, _CHUNK)])
-
-    return _collect(_size_tuple(size), batch)
+        for lo in range(0, k, _CHUNK):
+            got = _chunk(tab, u[lo:lo + _CHUNK], rng, _exact_only)[: n - have]
+            out[have:have + got.size] = got
+            have += got.size
+            if have == n:
+                break
+    return out.reshape(shape)
