@@ -33,18 +33,21 @@ sys.path.insert(0, str(ROOT))
 D = 10_000
 
 
-def _party_host(configs: list[str]) -> int:
-    """Run one PartyDaemon per config in threads of this process until SIGTERM."""
+def _party_host(configs: list[str], daemon_class: type | None = None, tick=None) -> int:
+    """Run one PartyDaemon (or ``daemon_class``) per config in threads of this process until SIGTERM,
+    calling ``tick()`` every 0.2 s meanwhile if given."""
     from party.config import PartyConfig
     from party.daemon import PartyDaemon
 
-    daemons = [PartyDaemon.from_config(PartyConfig.load(c)) for c in configs]
+    cls = daemon_class or PartyDaemon
+    daemons = [cls.from_config(PartyConfig.load(c)) for c in configs]
     threads = [threading.Thread(target=d.run, daemon=True) for d in daemons]
     for t in threads:
         t.start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    stop.wait()
+    while not stop.wait(0.2 if tick else None):
+        tick()
     for d in daemons:
         d.stop()
     for t in threads:
