@@ -63,7 +63,7 @@ _MAX_BITS = 62
 # H_{2^k} = kron of H_{2^b} blocks, b <= 5: each stage one BLAS product; n 2^b k / b flops in all, so a
 # smaller b is cheaper until per-call overhead dominates (b = 4..6 measured fastest at n = 2^19)
 _HADAMARD_BLOCK_BITS = 5
-_CHUNK_ELEMENTS = 1 << 22  # rows are encoded in chunks of about this many coordinates
+_CHUNK_ELEMENTS = 1 << 20  # rows are encoded in chunks of about this many coordinates (~30 MB of temporaries)
 _ROTATION_DOMAIN = b"dpfed.distributed_noise.rotation.v1\x00"
 
 
