@@ -559,6 +559,7 @@ class LVQCoordinator(CoordinatorAlgorithm):
             self._normalise_omega()
         self.round = 0
         self.n_hat = 0.0
+        self.init_aborted = False
         self.trace: list[float] = []
         self._m: np.ndarray | None = None
         self._v: np.ndarray | None = None
@@ -583,6 +584,15 @@ class LVQCoordinator(CoordinatorAlgorithm):
         if task.round != self.round:
             raise ValueError(f"answers for round {task.round}, expected round {self.round}")
         if self.secure and not combined.parties and task.kind == "step":  # an aborted secure round: no step
+            self.round += 1
+            return
+        if self.secure and not combined.parties and task.kind == "init":
+            # an aborted initialisation (fewer than P_min survivors, nothing unmasked): the prototypes keep the
+            # public start (box centre plus the tiny offset) and the batch size comes from the public bound on
+            # the records; its share of the budget is spent without a release (conservative)
+            self.n_hat = float(sn.secure_params(self.p).records)
+            self.init_parties = len(self.parties)
+            self.init_aborted = True
             self.round += 1
             return
         if self.secure:  # the survivors of the round (at least min_survivors: SecureGather aborts below)
@@ -660,7 +670,8 @@ class LVQCoordinator(CoordinatorAlgorithm):
             # (comparable with local/float noise's multiplier; the survivors beyond P_min add more)
             z = sp.step.gamma * sp.step.sigma_share * math.sqrt(sp.step.honest_parties) / sp.step.clip
             out.update(sigma_share=sp.step.sigma_share, gamma=sp.step.gamma, init_sigma_share=sp.init.sigma_share,
-                       noise_multiplier=z, expected_batch_size=float(self.p["sampling_rate"]) * self.n_hat)
+                       noise_multiplier=z, expected_batch_size=float(self.p["sampling_rate"]) * self.n_hat,
+                       init_aborted=self.init_aborted)
         elif self.plan is not None:
             out.update(noise_multiplier=self.plan.noise_multiplier, init_count_noise=self.plan.count_noise,
                        init_sum_noise=self.plan.sum_noise, expected_batch_size=float(self.p["sampling_rate"]) * self.n_hat)

@@ -256,3 +256,23 @@ def test_secure_job_refused_by_party_below_its_min_survivors(segmentation):
     d = decide(replace(party, secagg=None), spec)
     assert not d.accept and "does not take part in secure aggregation" in d.reason
 
+
+
+def test_an_aborted_initialisation_starts_from_the_public_point_and_the_job_completes(segmentation):
+    """With heavy dropout the initialisation round itself can have fewer than P_min survivors: it is aborted
+    with nothing unmasked, and the job goes on from the public start (box centre plus the job-keyed offset)
+    with the batch size taken from the public record bound, instead of failing (it used to raise). Runs seeds
+    until one aborts the initialisation (probability ~0.48 each: 4 parties, dropout 0.4, P_min 2)."""
+    from dpfed.simulation.inprocess import run_inprocess
+
+    data = split_parties(segmentation.X_train, segmentation.y_train, 4, "iid", np.random.default_rng(0))
+    records = sum(len(x) for x, _ in data)
+    for seed in range(12):
+        res = run_inprocess(_spec(segmentation, f"init-abort-{seed}", epochs=0.2, min_survivors=2), data,
+                            seed=seed, dropout=0.4)
+        assert res.epsilon_spent <= 1.5 * (1 + 1e-9) and np.isfinite(res.model["prototypes"]).all()
+        if res.summary["init_aborted"]:
+            assert res.summary["expected_batch_size"] == pytest.approx(0.05 * records)  # the public bound
+            assert res.rounds == 1 + round(0.2 / 0.05)  # every step round ran (or was skipped) after it
+            return
+    pytest.fail("no seed aborted the initialisation round")
