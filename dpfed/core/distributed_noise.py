@@ -64,6 +64,9 @@ _MAX_BITS = 62
 # smaller b is cheaper until per-call overhead dominates (b = 4..6 measured fastest at n = 2^19)
 _HADAMARD_BLOCK_BITS = 5
 _CHUNK_ELEMENTS = 1 << 20  # rows are encoded in chunks of about this many coordinates (~30 MB of temporaries)
+#: Longer rows are encoded in float64 (:func:`quantize`): the float32 pre-check of
+#: :func:`conditional_round32` needs (d + 1) 2^-24 < 1/4.
+_FLOAT32_MAX_DIMENSION = (1 << 22) - 1
 _ROTATION_DOMAIN = b"dpfed.distributed_noise.rotation.v1\x00"
 
 
@@ -437,10 +440,13 @@ def quantize(x: np.ndarray, plan: DistributedNoisePlan, *, seed: bytes,
     total = np.zeros(plan.dimension, dtype=np.int64)
     step = max(1, _CHUNK_ELEMENTS // plan.dimension)  # bounded memory for many rows
     bound = plan.l2_sensitivity
+    single = plan.dimension < _FLOAT32_MAX_DIMENSION  # conditional_round32's pre-check needs (d+1) 2^-24 < 1/4
     for lo in range(0, rows.shape[0], step):
-        scaled = clip_rows(rows[lo:lo + step], plan.clip, scale=1.0 / plan.gamma, dtype=np.float32)
+        scaled = clip_rows(rows[lo:lo + step], plan.clip, scale=1.0 / plan.gamma,
+                           dtype=np.float32 if single else np.float64)
         _rotate_inplace(scaled, seed)
-        total += conditional_round32(scaled, bound, rng).sum(axis=0)
+        rounded = conditional_round32(scaled, bound, rng) if single else conditional_round(scaled, bound, rng)
+        total += rounded.sum(axis=0)
     return total
 
 

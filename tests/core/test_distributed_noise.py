@@ -251,6 +251,18 @@ def test_quantize_rounds_the_rotated_point_unbiasedly():
     assert abs(float(err.mean())) < Z_TWO_SIDED * sd / math.sqrt(d)
 
 
+def test_quantize_encodes_rows_too_long_for_float32_in_float64():
+    """Rows of d >= 2^22 - 1 coordinates are beyond conditional_round32's float32 pre-check (it
+    refuses them); quantize then rotates and rounds in float64, and the result is still checked."""
+    d = 1 << 22
+    plan = small_plan(dimension=d, gamma=1e-4, clip=1.0)
+    with pytest.raises(ValueError, match="too long"):
+        dn.conditional_round32(np.zeros((1, d), dtype=np.float32), 10.0, rng("long"))
+    q = dn.quantize(unit_rows(1, d, 6, norm=2.0)[0], plan, seed=b"long", rng=rng("long"))
+    assert q.shape == (d,) and q.dtype == np.int64
+    assert float(q @ q) <= plan.l2_sensitivity ** 2
+
+
 def test_clip_rows_refuses_non_finite_entries_and_keeps_overflowing_rows_finite():
     with pytest.raises(ValueError, match="non-finite"):
         dn.clip_rows(np.array([[1.0, np.nan], [0.0, 1.0]]), 1.0)
