@@ -456,7 +456,7 @@ def render(results: list[dict], cmd: str) -> str:
                                    f"{max(c['wall'] for c in runs['inproc']):.2f} s, median shown")
         cpu = ""
         if all("cpu_seconds" in c for c in st.values()):
-            sampled = ("in a second run under the sampler, " if all("wall_sampled" in c for c in st.values())
+            sampled = ("in a second run in the same, warm process, under the sampler; " if all("wall_sampled" in c for c in st.values())
                        else "")
             cpu = (f"; CPU of every process ({sampled}median runs) {st['inproc']['cpu_seconds']:.1f} s / "
                    f"{st['ray']['cpu_seconds']:.1f} s: "
