@@ -52,7 +52,9 @@ SECURE_PARAMS = (
     Param("roster", list, None, optional=True, help="the parties' names (filled in by the runner)"),
 )
 
-#: Task kinds of the four SecAgg steps of one round, in order.
+#: Task kinds of the SecAgg steps of one round, in order (their index is the step number). Protocol version 3
+#: no longer sends ``secagg/share`` (envelopes travel with the masked input) and parties refuse it; it keeps
+#: its place so the later steps keep their numbers.
 SECURE_KINDS = ("secagg/advertise", "secagg/share", "secagg/masked", "secagg/unmask")
 
 
