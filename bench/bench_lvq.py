@@ -302,18 +302,12 @@ def report() -> None:
         for model in ("glvq", "gmlvq"):
             for eps in EPSILONS:
                 a, c = by_fold.get((dataset, model, "a", eps), {}), by_fold.get((dataset, model, "c", eps), {})
-                common = sorted(set(a) & set(c))
-                if not common:
+                got = _paired_diff(a, c)
+                if got is None:
                     continue
-                diff = np.array([np.mean(c[f]) - np.mean(a[f]) for f in common])
-                if all(len(a[f]) > 1 and len(c[f]) > 1 for f in common):
-                    # fold effects cancel in the pairing: the error left is the seed noise of the fold means
-                    se = np.sqrt(sum(np.var(a[f], ddof=1) / len(a[f]) + np.var(c[f], ddof=1) / len(c[f])
-                                     for f in common)) / len(common)
-                else:
-                    se = np.std(diff, ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
+                m, se, n = got
                 se_txt = f"{se:.3f}" if np.isfinite(se) else "n/a"
-                lines.append(f"| {model} | {eps} | {diff.mean():+.3f} ± {se_txt} | {len(common)} | "
+                lines.append(f"| {model} | {eps} | {m:+.3f} ± {se_txt} | {n} | "
                              f"{'/'.join(str(x) for x in seeds[(dataset, model, 'a', eps)])} / "
                              f"{'/'.join(str(x) for x in seeds[(dataset, model, 'c', eps)])} |")
         lines.append("")
@@ -356,17 +350,28 @@ def _cell_text(v: dict[int, list[float]]) -> str:
     return f"{np.mean(means):.3f} ± {np.std(means):.3f} [{tag}]"
 
 
-def _paired(a: dict[int, list[float]], c: dict[int, list[float]]) -> str:
-    """mean over common folds of (mean c - mean a) ± its standard error (seed noise if several seeds, else fold spread)."""
+def _paired_diff(a: dict[int, list[float]], c: dict[int, list[float]]) -> tuple[float, float, int] | None:
+    """(mean over common folds of mean c - mean a, its standard error, folds), or None without common folds.
+    With several seeds per fold the fold effects cancel in the pairing and the error left is the seed noise
+    of the fold means; with one seed, the spread of the per-fold differences."""
     common = sorted(set(a) & set(c))
     if not common:
-        return ""
+        return None
     diff = np.array([np.mean(c[f]) - np.mean(a[f]) for f in common])
     if all(len(a[f]) > 1 and len(c[f]) > 1 for f in common):
         se = np.sqrt(sum(np.var(a[f], ddof=1) / len(a[f]) + np.var(c[f], ddof=1) / len(c[f]) for f in common)) / len(common)
     else:
         se = np.std(diff, ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
-    return f"{diff.mean():+.3f} ± {se:.3f} [{len(common)}]" if np.isfinite(se) else f"{diff.mean():+.3f} [{len(common)}]"
+    return float(diff.mean()), float(se), len(common)
+
+
+def _paired(a: dict[int, list[float]], c: dict[int, list[float]]) -> str:
+    """:func:`_paired_diff` as a table cell."""
+    got = _paired_diff(a, c)
+    if got is None:
+        return ""
+    m, se, n = got
+    return f"{m:+.3f} ± {se:.3f} [{n}]" if np.isfinite(se) else f"{m:+.3f} [{n}]"
 
 
 def secure_report(rows: list[dict], by: dict[tuple, dict[int, list[float]]], refused: list[dict]) -> None:
@@ -395,10 +400,9 @@ def secure_report(rows: list[dict], by: dict[tuple, dict[int, list[float]]], ref
         a = by.get((*k, "a", eps), {})
         verdict = []
         for s in ("s16", "s16d30"):
-            v = by.get((*k, s, eps), {})
-            common = sorted(set(a) & set(v))
-            if common:
-                d = float(np.mean([np.mean(v[f]) - np.mean(a[f]) for f in common]))
+            got = _paired_diff(a, by.get((*k, s, eps), {}))
+            if got is not None:
+                d = got[0]
                 verdict.append(f"{s}: {'met' if d <= 0.01 else 'missed'} ({d:+.3f})")
         lines.append(f"| {dataset} | {model} | {eps} | " + " | ".join(
             "refused (see below)" if (*k, s, eps) in why and not by.get((*k, s, eps)) else _cell_text(by.get((*k, s, eps), {}))
