@@ -105,7 +105,7 @@ def secure_params(params: Mapping[str, Any]) -> SecureParams:
         raise ValueError("bits, min_survivors, colluders and records must be integers") from None
     if not 8 <= bits <= 62:
         raise ValueError(f"bits must lie in [8, 62], got {bits}")
-    if not 0 <= c and c + 2 <= pmin <= n:
+    if not (0 <= c and c + 2 <= pmin <= n):
         raise ValueError(f"need colluders + 2 <= min_survivors <= parties ({c} + 2 <= {pmin} <= {n})")
     if not 1 <= records <= 10**9:
         raise ValueError("records must lie in [1, 1e9]")
@@ -172,14 +172,6 @@ def _calibrate(key: str) -> tuple[float, float, int]:
     bits = max(floor_bits, math.ceil(math.log2(2 * vectors + 2)) + 4)
     if bits > 62:
         raise ValueError(f"{vectors} vectors need more than 62 bits")
-    if q < 1 and steps > 1:  # below the subsampling bound's floor only the unamplified bound meets the target
-        floor = accounting.subsampling_floor_epsilon(prior, q, steps, delta)
-        if eps <= floor:
-            raise ValueError(
-                f"epsilon {eps:g} is below {floor:.3g}, the least the subsampling bound in use (Zhu & Wang 2019, "
-                f"general) certifies for {steps} Poisson({q:g}) rounds of distributed noise; only the bound without "
-                f"subsampling would meet it, with about sqrt({steps}) = {math.sqrt(steps):.0f} times the noise, which "
-                "drowns the signal: give more epsilon, fewer rounds (epochs / sampling_rate), or local noise")
 
     def eps_of(sigma: float, gamma: float) -> float:
         ev = _event(sigma, honest, clip, gamma, dim, beta, q, steps)
@@ -215,9 +207,9 @@ def calibrate_release(sp: SecureParams, *, epsilon: float, delta: float, clip: f
                       prior: DpEvent | None = None) -> dn.DistributedNoisePlan:
     """The noise plan of ``steps`` Poisson(q) releases of per-record rows clipped to ``clip`` in
     ``dimension`` coordinates, calibrated so that ``prior`` (the job's earlier releases) composed with
-    them meets (epsilon, delta) by RDP with P_min - c honest shares (KLS21 Prop. 14; Zhu & Wang 2019
-    Thm. 6), and gamma leaves 4 sub-Gaussian standard deviations of headroom for every party's share
-    and ``vectors`` rounded rows (:func:`dpfed.core.distributed_noise.choose_gamma`)."""
+    them meets (epsilon, delta) by RDP with P_min - c honest shares (KLS21 Prop. 14; Poisson subsampling by
+    the binomial expansion, :func:`dpfed.core.distributed_noise.poisson_subsampled_rdp`), and gamma leaves
+    4 sub-Gaussian standard deviations of headroom for every party's share and ``vectors`` rounded rows (:func:`dpfed.core.distributed_noise.choose_gamma`)."""
     key = json.dumps({"prior": accounting.event_to_json(prior) if prior is not None else "", "epsilon": float(epsilon),
                       "delta": float(delta), "clip": float(clip), "dimension": int(dimension),
                       "honest": sp.honest, "parties": sp.parties, "vectors": int(vectors),

@@ -36,14 +36,12 @@ from dp_accounting import privacy_accountant
 from dp_accounting.dp_event import DpEvent
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
-import numpy as np
 
-from dpfed.core.distributed_noise import (DistributedDiscreteGaussianDpEvent, event_invalid, event_rdp,
-                                         poisson_subsampling_floor)
+from dpfed.core.distributed_noise import DistributedDiscreteGaussianDpEvent, event_invalid, event_rdp
 
 __all__ = [
     "Neighbouring", "Accountant", "PLD_VALUE_DISCRETIZATION", "AccountingError",
-    "make_accountant", "subsampling_floor_epsilon", "pld_grid", "RELATIVE_GRID", "PLD_MAX_GRID", "epsilon", "delta", "compose", "flatten", "parallel_epsilon",
+    "make_accountant", "pld_grid", "RELATIVE_GRID", "PLD_MAX_GRID", "epsilon", "delta", "compose", "flatten", "parallel_epsilon",
     "sequential_basic", "advanced_composition", "dp_sgd_event", "dp_sgd_epsilon",
     "calibrate", "calibrate_noise_multiplier", "gaussian_noise_multiplier", "gaussian_delta",
     "within", "dominated", "event_to_json", "event_from_json", "DpEvent",
@@ -163,28 +161,6 @@ def _epsilon_cached(event_json: str, delta_: float, accountant: str, neighbourin
                     pld_discretization: float) -> float:
     acc = _composed(event_from_json(event_json), accountant, neighbouring, pld_discretization)
     return float(acc.get_epsilon(delta_))
-
-
-def subsampling_floor_epsilon(prior: DpEvent | None, sampling_rate: float, steps: int, delta: float) -> float:
-    """The smallest epsilon (at ``delta``) at which ``prior`` followed by ``steps`` Poisson-subsampled
-    distributed-noise releases can be certified with amplification by subsampling, whatever their noise.
-
-    Per order alpha: the prior's RDP plus ``steps`` times
-    :func:`~dpfed.core.distributed_noise.poisson_subsampling_floor` (Zhu & Wang 2019's general bound with
-    zero base RDP: a lower bound on its value at any noise), converted by CKS20 Prop. 12 (as :func:`epsilon`:
-    r + log(1 - 1/alpha) - log(delta alpha) / (alpha - 1); dp-accounting's KL shortcut, epsilon 0 once the
-    total RDP is below ~delta^2, left out). A lower target is met only through the bound's cap, the RDP
-    without subsampling: noise about sqrt(steps) times what amplification would need."""
-    _check_probability("delta", delta, allow_zero=False)
-    acc = make_accountant("rdp")
-    if prior is not None:
-        acc.compose(prior)
-    orders = np.asarray(acc._orders, dtype=np.float64)  # noqa: SLF001 - dp-accounting's own RDP curve
-    rdp = np.asarray(acc._rdp, dtype=np.float64) + int(steps) * poisson_subsampling_floor(sampling_rate, orders)  # noqa: SLF001
-    ok = orders > 1.01  # as dp-accounting's conversion (unstable towards 1)
-    a = orders[ok]
-    eps = rdp[ok] + np.log1p(-1.0 / a) - np.log(delta * a) / (a - 1.0)
-    return float(max(0.0, eps.min()))
 
 
 def delta(event: DpEvent, epsilon: float, *, accountant: str = "pld",
@@ -786,7 +762,7 @@ class _RDPAccountant(rdp_privacy_accountant.RdpAccountant):
     """dp-accounting's RDP accountant that also composes :class:`DiscreteGaussianDpEvent`
     (as the zCDP event it provably satisfies) and :class:`DistributedDiscreteGaussianDpEvent`,
     alone or Poisson-subsampled (add/remove only), by the curve of
-    :func:`dpfed.core.distributed_noise.event_rdp` (KLS21 Prop. 14; Zhu & Wang 2019 Thm. 6)."""
+    :func:`dpfed.core.distributed_noise.event_rdp` (KLS21 Prop. 14; subsampling by the binomial expansion)."""
 
     def _maybe_compose(self, event: Any, count: int, do_compose: bool) -> Any:
         inner, q = event, 1.0

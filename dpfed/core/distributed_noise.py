@@ -23,8 +23,9 @@ the integer sum by its rounded vector, of L2 norm <= Delta_2 (:func:`rounded_l2_
 a party, pass the party's per-record vectors as rows (each rounded on its own, then summed).
 
 Accounting (RDP, add/remove neighbours): the sum of n i.i.d. N_Z(0, sigma^2) shares is close to
-N_Z(0, n sigma^2) (KLS21 Thm. 1 / Prop. 14, :func:`ddgauss_rdp`); Poisson subsampling by the general
-bound of Zhu & Wang, ICML 2019, Thm. 6 (:func:`poisson_subsampled_rdp`), for integer orders.
+N_Z(0, n sigma^2) (KLS21 Thm. 1 / Prop. 14, :func:`ddgauss_rdp`); Poisson subsampling by the binomial
+expansion, valid in both directions because the mechanism is symmetric under a reflection
+(:func:`poisson_subsampled_rdp`, with the proof), for integer orders.
 Wrap-around mod 2^B is a post-processing of the noisy sum: it costs utility, never privacy; its
 probability is bounded by :func:`wraparound_bound` (sub-Gaussian tails, union over coordinates).
 """
@@ -55,7 +56,7 @@ __all__ = [
     "ddgauss_epsilon", "distributed_dp_sgd_epsilon", "calibrate_sigma_share", "plan_distributed_noise",
 ]
 
-#: Integer Renyi orders used here (Zhu & Wang's bound is for integer orders).
+#: Integer Renyi orders used here (the subsampling bound is for integer orders).
 RDP_ORDERS = np.array(list(range(2, 129)) + [160, 192, 256, 384, 512], dtype=np.int64)
 #: KLS21 Alg. 1's default conditional-rounding parameter beta = e^-1/2.
 DEFAULT_BETA = math.exp(-0.5)
@@ -551,7 +552,7 @@ class DistributedDiscreteGaussianDpEvent(DpEvent):
     """x + Z on Z^dimension, Z the sum of ``parties`` i.i.d. N_Z(0, sigma_share^2)^dimension shares,
     for integer queries x whose neighbours differ by a vector of L2 norm <= ``l2_sensitivity`` and
     L1 norm <= ``l1_sensitivity`` (KLS21 Thm. 1 / Prop. 14). RDP: :func:`ddgauss_rdp`;
-    Poisson-subsampled: :func:`poisson_subsampled_rdp` (Zhu & Wang 2019, Thm. 6).
+    Poisson-subsampled: :func:`poisson_subsampled_rdp` (binomial expansion, both directions).
     ``parties`` counts the shares the adversary does not know (survivors minus colluders)."""
 
     sigma_share: float
@@ -601,16 +602,38 @@ def ddgauss_rdp(orders: np.ndarray, sigma_share: float, parties: int, l2_sensiti
 
 
 def poisson_subsampled_rdp(base_rdp: Callable[[np.ndarray], np.ndarray], sampling_rate: float, orders: np.ndarray) -> np.ndarray:
-    """Zhu & Wang, ICML 2019, Thm. 6 (general upper bound): if M is (l, eps(l))-RDP for integers l,
-    M on a Poisson(q) subsample is (alpha, eps'(alpha))-RDP for integer alpha >= 2 with
-    eps'(alpha) = 1/(alpha-1) log[(1-q)^(alpha-1) (alpha q - q + 1)
-                 + C(alpha, 2) q^2 (1-q)^(alpha-2) e^eps(2)
-                 + 3 sum_{l=3}^alpha C(alpha, l) q^l (1-q)^(alpha-l) e^((l-1) eps(l))],
-    here also capped by eps(alpha) (subsampling never hurts). ``base_rdp(ls)`` maps an int array
-    of orders to RDP values. Evaluated in log space, vectorised over (alpha, l)."""
+    """RDP of a *reflection-symmetric* additive mechanism on a Poisson(q) subsample, add/remove
+    neighbours, integer alpha >= 2: with eps(l) the base mechanism's RDP,
+
+        eps'(alpha) = 1/(alpha-1) log sum_{l=0}^alpha C(alpha, l) q^l (1-q)^(alpha-l) e^((l-1) eps(l))
+
+    (the l = 0, 1 terms are (1-q)^(alpha-1) (alpha q - q + 1)), capped by eps(alpha). This is the
+    form of Mironov, Talwar & Zhang 2019 (integer alpha) and of Zhu & Wang 2019's tight bound
+    without the factor 3 of their general Thm. 6, which has a per-round floor independent of the noise.
+
+    Why it holds here. Fix the rest of the round (other records, their rounding, other parties'
+    shares), so one record moves the output between mu0 = law(a + N) and mu1 = law(a + r + N), r the
+    record's rounded integer vector, N the sum of the honest shares (symmetric on Z^d); the
+    subsampled output is M = (1-q) mu0 + q mu1 (mixtures over the fixed parts and over r are the same
+    on both sides, so joint convexity of exp((alpha-1) D_alpha) reduces to this case).
+    * Remove, D_alpha(M || mu0): expand E_mu0[((1-q) + q R)^alpha], R = dmu1/dmu0, by the binomial
+      theorem; E_mu0[R^l] = e^((l-1) D_l(mu1 || mu0)) <= e^((l-1) eps(l)). Exact for any mechanism.
+    * Add, D_alpha(mu0 || M) <= D_alpha(M || mu0) because T(z) = 2a + r - z swaps mu0 and mu1 (N is
+      symmetric and the lattice is invariant), so the law nu of R under mu0 satisfies
+      int f(R) dnu = int R f(1/R) dnu. Then 2 e^((alpha-1) D(M||mu0)) = int a(R) dnu and
+      2 e^((alpha-1) D(mu0||M)) = int b(R) dnu with, for x = 1-q+qR, y = 1-q+q/R and
+      phi(t) = t^alpha - t^(1-alpha): a - b = phi(x) + R phi(y). For R >= 1 put w = q (R-1)/R, so
+      x = 1 + R w, y = 1 - w and R >= 1/(1-w); G(R) = phi(1 + R w) + R phi(1 - w) is convex in R
+      (phi'' >= 0 on [1, inf)), G(1/(1-w)) = 0, and G'(1/(1-w)) = z^(1-alpha) k(z) >= 0 with
+      z = 1 - w, k(z) = (alpha-1) - alpha z + alpha z^(2 alpha - 1) - (alpha-1) z^(2 alpha), convex on
+      (0, 1] with k(1) = k'(1) = 0; so a >= b for R >= 1, and for R < 1 by (a - b)(1/R) = (a - b)(R)/R.
+      (MTZ 2019, Thm. 5, show the same for the continuous Gaussian.)
+    Tests: tests/core/test_distributed_noise.py computes both directions exactly for sums of discrete
+    Gaussian shares and checks a >= b on a grid. ``base_rdp(ls)`` maps an int array of orders to RDP
+    values. Evaluated in log space, vectorised over (alpha, l)."""
     orders = np.asarray(orders)
     if not (np.all(orders == np.floor(orders)) and np.all(orders >= 2)):
-        raise ValueError("Zhu & Wang's bound needs integer orders >= 2")
+        raise ValueError("the binomial subsampling bound needs integer orders >= 2")
     orders = orders.astype(np.int64)
     if not 0 <= sampling_rate <= 1:
         raise ValueError(f"sampling_rate must be in [0, 1], got {sampling_rate!r}")
@@ -619,7 +642,7 @@ def poisson_subsampled_rdp(base_rdp: Callable[[np.ndarray], np.ndarray], samplin
         return direct
     if sampling_rate == 0:
         return np.zeros(orders.shape)
-    q, lq, l1q = sampling_rate, math.log(sampling_rate), math.log1p(-sampling_rate)
+    lq, l1q = math.log(sampling_rate), math.log1p(-sampling_rate)
     ls = np.arange(2, int(orders.max()) + 1)
     eps = np.asarray(base_rdp(ls), dtype=np.float64)
     al = orders[:, None].astype(np.float64)
@@ -627,34 +650,18 @@ def poisson_subsampled_rdp(base_rdp: Callable[[np.ndarray], np.ndarray], samplin
     valid = lf <= al
     alc = np.where(valid, al, lf)  # keep gammaln's argument positive where masked
     log_comb = special.gammaln(alc + 1) - special.gammaln(lf + 1) - special.gammaln(alc - lf + 1)
-    terms = log_comb + lf * lq + (alc - lf) * l1q + (lf - 1) * eps[None, :]
-    terms = terms + np.where(lf >= 3, math.log(3.0), 0.0)
+    # each l >= 2 term minus its value at zero RDP, C q^l (1-q)^(a-l) (e^((l-1) eps(l)) - 1): the
+    # binomial weights sum to exactly 1, so small results keep their digits
+    ex = np.maximum((lf - 1) * eps[None, :], 1e-300)
+    with np.errstate(over="ignore"):
+        log_expm1 = np.where(ex > 40.0, ex, np.log(np.expm1(np.minimum(ex, 40.0))))
+    terms = log_comb + lf * lq + (alc - lf) * l1q + log_expm1
     terms = np.where(valid, terms, -np.inf)
-    rest = special.logsumexp(terms, axis=1)  # log of the sum over l >= 2
-    # the l = 0, 1 term is 1 - O(q^2): add it as expm1(.) so small results keep their digits
-    first_m1 = np.expm1((al[:, 0] - 1) * l1q + np.log1p((al[:, 0] - 1) * q))
+    rest = special.logsumexp(terms, axis=1)  # log of sum_{l>=2} C q^l (1-q)^(a-l) (e^((l-1) eps) - 1)
     with np.errstate(over="ignore", divide="ignore"):
-        small = np.log1p(first_m1 + np.exp(np.minimum(rest, 0.0)))
-        big = np.logaddexp(np.log1p(first_m1), rest)
-    total = np.where(rest < 0, small, big)
+        total = np.where(rest < 0, np.log1p(np.exp(np.minimum(rest, 0.0))), np.logaddexp(0.0, rest))
     capped: np.ndarray = np.minimum(total / (orders - 1), direct)
     return capped
-
-
-def poisson_subsampling_floor(sampling_rate: float, orders: np.ndarray) -> np.ndarray:
-    """What :func:`poisson_subsampled_rdp` certifies per round however much noise there is, before its cap:
-    its formula with eps(l) = 0 is P[B <= 1] + P[B = 2] + 3 P[B >= 3] = 1 + 2 P[B >= 3], B ~ Bin(alpha, q) (the
-    factor 3 of its l >= 3 terms), so each round adds at least log(1 + 2 P[B >= 3]) / (alpha - 1) at order alpha
-    (orders as in :func:`event_rdp`: max(2, ceil(order))). Over many rounds these floors add up to an epsilon that
-    no noise level goes below with amplification; a lower target is met only through the cap eps(alpha) (no
-    amplification: about sqrt(rounds) times the noise). :func:`dpfed.core.accounting.subsampling_floor_epsilon`
-    turns the floor into that epsilon."""
-    if not 0 <= sampling_rate <= 1:
-        raise ValueError(f"sampling_rate must be in [0, 1], got {sampling_rate!r}")
-    a = np.maximum(2, np.ceil(np.asarray(orders, dtype=np.float64))).astype(np.int64)
-    tail = special.bdtrc(2, a, float(sampling_rate))  # P[Bin(a, q) >= 3]
-    floor: np.ndarray = np.log1p(2.0 * tail) / (a - 1)
-    return floor
 
 
 def event_rdp(event: DistributedDiscreteGaussianDpEvent, orders: np.ndarray,

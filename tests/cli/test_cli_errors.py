@@ -104,11 +104,11 @@ CASES = [  # (id, argv with {name} placeholders for files, words the one line mu
     ("kmeans-k-above-records", KM + ["--k", "900", "--method", "lloyd"], ["--k 900", "records"]),
     ("kmeans-lloyd-iters", KM + ["--lloyd-iters", "1000000"], ["--lloyd-iters"]),
     ("kmeans-refine-steps", KM + ["--refine-steps", "100000"], ["--refine-steps"]),
-    ("lvq-distributed-below-floor", LVQ[:-1] + ["0.75", "--noise", "distributed", "--parties", "5"],
-     ["epsilon 0.75 is below", "subsampling bound"]),
-    ("lvq-distributed-below-floor-grpc",  # refused before any party process starts
-     ["simulate", "--transport", "grpc"] + LVQ[3:-1] + ["0.75", "--noise", "distributed", "--parties", "5"],
-     ["the parties would refuse this job", "epsilon 0.75 is below"]),
+    ("lvq-distributed-colluders", LVQ + ["--noise", "distributed", "--parties", "5", "--colluders", "4"],
+     ["colluders + 2 <= min_survivors <= parties", "4 + 2 <= 5 <= 5"]),
+    ("lvq-distributed-colluders-grpc",  # refused before any party process starts
+     ["simulate", "--transport", "grpc"] + LVQ[3:] + ["--noise", "distributed", "--parties", "5", "--colluders", "5"],
+     ["the parties would refuse this job", "5 + 2 <= 5 <= 5"]),
     ("nb-eps-1e-5", NB[:-1] + ["1e-5"], ["epsilon"]),
     ("nb-eps-1e-20", NB[:-1] + ["1e-20"], ["epsilon"]),
     ("nb-eps-10000", NB[:-1] + ["10000"], ["epsilon"]),
