@@ -1,6 +1,7 @@
 """A secure round against a plain round as a deployment sees it: real gRPC, mutual TLS, party daemons.
 
     python bench/bench_secure_grpc.py [--repeats 3] [--cells big,many] [--rounds-big 2] [--rounds-many 8]
+                                      [--modes plain,record,party]
 
 The job is a real algorithm's, not a vector sum: DP-SGD on MNIST (70,000 records split i.i.d. over
 the parties, Poisson sampling rate q = 0.01, so ~700 sampled records per round over all parties),
@@ -13,10 +14,11 @@ with the gradient computed by the parties in both modes:
 
 Plain: ``noise = local`` (each party clips its per-record gradients, adds the whole Gaussian noise to
 its sum and uploads float64). Secure: ``noise = distributed`` with secure aggregation (16 bits,
-P_min = 0.7 P): each party encodes every sampled record's clipped gradient on its own (rotation,
-conditional rounding), adds one discrete Gaussian share, masks, and the round takes the four SecAgg
-steps (advertise, share, masked, unmask). A real algorithm was preferred to a vector sum because the
-per-record encoding is what a secure DP-SGD round costs (a vector sum encodes one row per party).
+P_min = 0.7 P), in two encodings (``secure_rounding``): ``record`` encodes every sampled record's clipped
+gradient on its own (rotation, conditional rounding), ``party`` sums the party's clipped gradients and
+rotates and rounds the sum once; then one discrete Gaussian share, the mask, and the round's SecAgg steps.
+A real algorithm was preferred to a vector sum because the per-record encoding is what a secure DP-SGD
+round costs with ``record`` (a vector sum encodes one row per party).
 
 Party daemons are real :class:`party.daemon.PartyDaemon` s (own records, durable SQLite ledger, RDP
 accountant, certificate), ``P / hosts`` of them as threads in each host process; the coordinator is
@@ -25,7 +27,7 @@ real, in this process, behind mutual TLS on loopback. Seconds per round are meas
 (t(2R) - t(R)) / R, so start-up, offer, charge, initialisation and the model download cancel. The noise
 calibration depends on the number of rounds and is cached per process (coordinator and party hosts),
 so one untimed warm-up pair per mode runs first: otherwise t(2R) - t(R) would include a calibration. Both modes
-run in one run, alternating (plain first in odd repeats, secure first in even), ``--repeats`` times;
+run in one run, alternating (the order of the modes reversed every other repeat), ``--repeats`` times;
 the table gives medians (and the range). Upload per party and round = protobuf bytes of the party's
 answers (ResultPart messages, counted in the host processes; TLS/HTTP2 framing excluded),
 (bytes(2R) - bytes(R)) / R / P.
@@ -111,13 +113,16 @@ def _write_config(root: Path, pki, name: str, port: int, X, y, schema) -> str:
     return str(pdir / "party.toml")
 
 
-def _params(cell: str, secure: bool, steps: int, names: list[str], records: int) -> dict:
+MODES = ("plain", "record", "party")  # local noise; secure with each secure_rounding
+
+
+def _params(cell: str, mode: str, steps: int, names: list[str], records: int) -> dict:
     p, _, extra, _, _ = CELLS[cell]
     params = {"epsilon": 1.5, "delta": 1e-5, "sampling_rate": Q, "epochs": steps * Q, "prototypes_per_class": 1,
               **MNIST_INIT, **extra}
-    if secure:
+    if mode != "plain":
         params.update(noise="distributed", secure_aggregation=True, bits=16, min_survivors=max(2, 7 * p // 10),
-                      roster=list(names), records=records)
+                      roster=list(names), records=records, secure_rounding=mode)
     return params
 
 
@@ -138,7 +143,7 @@ def _uploaded(files: list[Path], job_id: str, names: list[str]) -> int:
     return total
 
 
-def run_cell(cell: str, repeats: int, rounds: int, root: Path, log) -> dict:
+def run_cell(cell: str, repeats: int, rounds: int, root: Path, log, modes: tuple[str, ...] = MODES) -> dict:
     import numpy as np
 
     from coordinator.client import AdminClient
@@ -158,35 +163,35 @@ def run_cell(cell: str, repeats: int, rounds: int, root: Path, log) -> dict:
     procs = [subprocess.Popen([sys.executable, __file__, "--party-host", str(counts[h]), *tomls[h::hosts]],
                               env=env, stdout=subprocess.DEVNULL, stderr=open(root / f"host-{h}.log", "wb"))
              for h in range(hosts)]
-    per_round: dict[bool, list[float]] = {False: [], True: []}
-    upload: dict[bool, list[float]] = {False: [], True: []}
+    per_round: dict[str, list[float]] = {m: [] for m in modes}
+    upload: dict[str, list[float]] = {m: [] for m in modes}
     loads = [os.getloadavg()[0]]
     try:
         with AdminClient(f"127.0.0.1:{server.port}", tls=pki.files("operator"), timeout=120) as client:
             wait_until(lambda: sum(x["connected"] for x in client.status()["parties"]) == p, 600, f"{p} parties")
-            for secure in (False, True):  # warm-up, untimed: fills the noise calibration caches (see above)
+            for mode in modes:  # warm-up, untimed: fills the noise calibration caches (see above)
                 for steps in (rounds, 2 * rounds):
-                    _job(client, algo, _params(cell, secure, steps, names, len(ds.X)), names,
-                         f"{cell}-warm-{int(secure)}-{steps}")
+                    _job(client, algo, _params(cell, mode, steps, names, len(ds.X)), names,
+                         f"{cell}-warm-{mode}-{steps}")
             log(f"{cell}: warm-up done, load {os.getloadavg()[0]:.2f}")
             for rep in range(repeats):
-                for secure in ((False, True) if rep % 2 == 0 else (True, False)):
-                    tag = f"{cell}-{'secure' if secure else 'plain'}-{rep}"
+                for mode in (modes if rep % 2 == 0 else modes[::-1]):
+                    tag = f"{cell}-{mode}-{rep}"
                     t = {}
                     for steps in (rounds, 2 * rounds):
-                        t[steps], n_rounds = _job(client, algo, _params(cell, secure, steps, names, len(ds.X)),
+                        t[steps], n_rounds = _job(client, algo, _params(cell, mode, steps, names, len(ds.X)),
                                                   names, f"{tag}-{steps}")
-                    per_round[secure].append((t[2 * rounds] - t[rounds]) / rounds)
+                    per_round[mode].append((t[2 * rounds] - t[rounds]) / rounds)
                     loads.append(os.getloadavg()[0])
-                    log(f"{cell} repeat {rep} {'secure' if secure else 'plain '}: R = {rounds}: {t[rounds]:.1f} s, "
-                        f"2R: {t[2 * rounds]:.1f} s ({n_rounds} rounds) -> {per_round[secure][-1]:.3f} s per round, "
+                    log(f"{cell} repeat {rep} {mode:6s}: R = {rounds}: {t[rounds]:.1f} s, "
+                        f"2R: {t[2 * rounds]:.1f} s ({n_rounds} rounds) -> {per_round[mode][-1]:.3f} s per round, "
                         f"load {loads[-1]:.2f}")
             time.sleep(1.0)  # the host processes write their counts every 0.2 s
-            for secure in (False, True):
+            for mode in modes:
                 for rep in range(repeats):
-                    tag = f"{cell}-{'secure' if secure else 'plain'}-{rep}"
+                    tag = f"{cell}-{mode}-{rep}"
                     b1, b2 = (_uploaded(counts, f"{tag}-{s}", names) for s in (rounds, 2 * rounds))
-                    upload[secure].append((b2 - b1) / rounds / p)
+                    upload[mode].append((b2 - b1) / rounds / p)
     finally:
         for pr in procs:
             pr.terminate()
@@ -197,8 +202,7 @@ def run_cell(cell: str, repeats: int, rounds: int, root: Path, log) -> dict:
                 pr.kill()
         server.stop()
     return {"cell": cell, "parties": p, "algo": algo, "d": d, "hosts": hosts, "rounds": rounds,
-            "plain": per_round[False], "secure": per_round[True], "up_plain": upload[False],
-            "up_secure": upload[True], "load": (min(loads), max(loads))}
+            "per_round": per_round, "upload": upload, "load": (min(loads), max(loads))}
 
 
 def _fmt(xs: list[float], digits: int = 3) -> str:
@@ -213,19 +217,22 @@ def table(rows: list[dict], repeats: int, commit: str) -> str:
         "round = (t(2R) - t(R)) / R at the operator, median over repeats (range); plain and secure "
         "alternate. Upload: protobuf bytes of one party's answers per round (all four SecAgg steps for "
         "secure), median. The parties share 2 cores here: a deployment's parties compute in parallel.", "",
-        "| cell | plain s/round | secure s/round | ratio (median) | target | upload plain / secure bytes per "
-        "party and round (ratio) | load average (min-max) |",
-        "|---|---|---|---|---|---|---|",
+        "| cell | plain s/round | secure encoding | secure s/round | ratio (median) | target | upload plain / "
+        "secure bytes per party and round (ratio) | load average (min-max) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         target = 1.5 if r["cell"] == "big" else 2.0
-        ratio = statistics.median(r["secure"]) / statistics.median(r["plain"])
-        up_p, up_s = statistics.median(r["up_plain"]), statistics.median(r["up_secure"])
-        lines.append(
-            f"| P = {r['parties']}, {r['algo'].upper()} d = {r['d']:,} ({r['hosts']} host processes, R = {r['rounds']}) "
-            f"| {_fmt(r['plain'])} | {_fmt(r['secure'])} | {ratio:.1f}x | <= {target}x "
-            f"{'met' if ratio <= target else 'MISSED'} | {up_p:,.0f} / {up_s:,.0f} ({up_s / up_p:.2f}) "
-            f"| {r['load'][0]:.1f}-{r['load'][1]:.1f} |")
+        plain, up_p = r["per_round"]["plain"], statistics.median(r["upload"]["plain"])
+        for mode in (m for m in r["per_round"] if m != "plain"):
+            sec = r["per_round"][mode]
+            ratio = statistics.median(sec) / statistics.median(plain)
+            up_s = statistics.median(r["upload"][mode])
+            lines.append(
+                f"| P = {r['parties']}, {r['algo'].upper()} d = {r['d']:,} ({r['hosts']} host processes, R = "
+                f"{r['rounds']}) | {_fmt(plain)} | {mode} | {_fmt(sec)} | {ratio:.1f}x | <= {target}x "
+                f"{'met' if ratio <= target else 'MISSED'} | {up_p:,.0f} / {up_s:,.0f} ({up_s / up_p:.2f}) "
+                f"| {r['load'][0]:.1f}-{r['load'][1]:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -238,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--workdir", default=None, help="keep configs, ledgers and host logs here (default: a temporary folder)")
     ap.add_argument("--parties", type=int, default=None, help="override the cells' party counts (smoke tests)")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="comma list of: plain (local noise), record / party (secure, each secure_rounding); plain "
+                         "is always run (the ratios' denominator)")
     ap.add_argument("--party-host", nargs="+", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.party_host:
@@ -252,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         rounds = args.rounds_big if cell == "big" else args.rounds_many
         with tempfile.TemporaryDirectory(prefix="dpfed-bench-secure-grpc-") as tmp:
             root = Path(args.workdir) / cell if args.workdir else Path(tmp)
-            rows.append(run_cell(cell, args.repeats, rounds, root, lambda s: print(s, flush=True)))
+            modes = ("plain", *(m for m in args.modes.split(",") if m in MODES and m != "plain"))
+            rows.append(run_cell(cell, args.repeats, rounds, root, lambda s: print(s, flush=True), modes))
     text = table(rows, args.repeats, commit)
     print(text)
     Path(args.out).write_text(text)

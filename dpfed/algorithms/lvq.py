@@ -193,7 +193,8 @@ def secure_lvq_plan(spec: JobSpec) -> SecureLVQPlan:
     c, d, ppc, rank, learn = _layout(spec)
     return _secure_plan_cached(json.dumps({k: p[k] for k in (*_PLAN_KEYS, "clip", "init_center", "init_clip",
                                                              "roster", "bits", "min_survivors", "colluders",
-                                                             "records") if k in p}, sort_keys=True),
+                                                             "records", "secure_rounding") if k in p},
+                                          sort_keys=True),
                                c, d, ppc, rank, learn)
 
 
@@ -888,6 +889,7 @@ PARAMS = ParamTable((
     Param("noise_multiplier", float, None, lo=0.05, hi=1e4, optional=True,
           help="DP-SGD noise multiplier (calibrated from epsilon when absent)"),
     *sn.SECURE_PARAMS,
+    sn.SECURE_ROUNDING_PARAM,
 ), check=lambda p, schema: _check_params(p, schema))
 
 

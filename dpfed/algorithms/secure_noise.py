@@ -14,10 +14,15 @@ the public job parameters alone:
 * ``colluders`` (c, default 0): parties that may collude with the coordinator (their shares are not
   counted; the SecAgg threshold exceeds c);
 * ``records``: a public bound on the total number of records across parties (the headroom of the
-  modulus only: a wrong value costs accuracy through wrap-around, never privacy).
+  modulus only: a wrong value costs accuracy through wrap-around, never privacy);
+* ``secure_rounding``: ``record`` (default) rounds each record's row on its own; ``party`` sums a party's
+  clipped rows in float64 and rotates and rounds the sum once (one rotation per party and round instead of
+  per sampled record; the party's sum is clipped to ``records`` x clip).
 
-Privacy unit: one record. Each record's clipped vector is one encoded row (its own conditional
+Privacy unit: one record. ``record``: each record's clipped vector is one encoded row (its own conditional
 rounding), so adding or removing a record moves the integer sum by at most Delta_2 (KLS21 Thm. 1).
+``party``: one record moves the party's real sum by at most clip / gamma before its one rounding; the
+coupling bound of :func:`dpfed.core.distributed_noise.party_rounding_rdp` accounts the rounding.
 Accounting is RDP (the DDGauss bound has no PLD), so the party's ledger must be an RDP ledger.
 """
 from __future__ import annotations
@@ -38,6 +43,7 @@ from dpfed.core import distributed_noise as dn
 
 __all__ = ["SecureParams", "SecurePlan", "secure_params", "is_secure", "rotation_seed",
            "calibrate_release", "batch_bound", "integer_bits", "integer_noise_plan", "SECURE_KINDS", "SECURE_PARAMS",
+           "SECURE_ROUNDING_PARAM",
            "WRAP_PROBABILITY"]
 
 #: The job parameters of secure aggregation (declared in each algorithm's parameter table).
@@ -51,6 +57,10 @@ SECURE_PARAMS = (
           help="public bound on the total number of records (the modulus headroom)"),
     Param("roster", list, None, optional=True, help="the parties' names (filled in by the runner)"),
 )
+#: For the algorithms whose secure rows are real vectors (LVQ's DP-SGD); integer releases are not rounded.
+SECURE_ROUNDING_PARAM = Param("secure_rounding", str, "record", choices=dn.ROUNDINGS,
+                              help="'record': round each record's row; 'party': round each party's sum once "
+                                   "(one rotation per party and round; privacy accounted by a coupling bound)")
 
 #: Task kinds of the SecAgg steps of one round, in order (their index is the step number). Protocol version 3
 #: no longer sends ``secagg/share`` (envelopes travel with the masked input) and parties refuse it; it keeps
@@ -72,6 +82,7 @@ class SecureParams:
     min_survivors: int
     colluders: int
     records: int
+    rounding: str = "record"
 
     @property
     def parties(self) -> int:
@@ -109,7 +120,10 @@ def secure_params(params: Mapping[str, Any]) -> SecureParams:
         raise ValueError(f"need colluders + 2 <= min_survivors <= parties ({c} + 2 <= {pmin} <= {n})")
     if not 1 <= records <= 10**9:
         raise ValueError("records must lie in [1, 1e9]")
-    return SecureParams(tuple(str(x) for x in roster), bits, pmin, c, records)
+    rounding = params.get("secure_rounding", "record")
+    if rounding not in dn.ROUNDINGS:
+        raise ValueError(f"secure_rounding must be one of {', '.join(dn.ROUNDINGS)}, got {rounding!r}")
+    return SecureParams(tuple(str(x) for x in roster), bits, pmin, c, records, str(rounding))
 
 
 def rotation_seed(job_id: str, round_: int) -> bytes:
@@ -154,9 +168,10 @@ class SecurePlan:
 
 
 def _event(sigma: float, honest: int, clip: float, gamma: float, dim: int, beta: float,
-           q: float, steps: int) -> DpEvent:
+           q: float, steps: int, rounding: str = "record", rows_max: int = 1) -> DpEvent:
     plan = dn.DistributedNoisePlan(dimension=dim, clip=clip, gamma=gamma, bits=62, sigma_share=sigma, beta=beta,
-                                   honest_parties=honest, parties=honest, sampling_rate=q, steps=steps)
+                                   honest_parties=honest, parties=honest, sampling_rate=q, steps=steps,
+                                   rounding=rounding, rows_max=rows_max)
     return plan.event()
 
 
@@ -166,6 +181,7 @@ def _calibrate(key: str) -> tuple[float, float, int]:
     prior = accounting.event_from_json(k["prior"]) if k["prior"] else None
     eps, delta, clip, dim = k["epsilon"], k["delta"], k["clip"], k["dimension"]
     honest, parties, vectors, q, steps = k["honest"], k["parties"], k["vectors"], k["q"], k["steps"]
+    rounding, rows_max = k["rounding"], k["rows_max"]
     beta = dn.DEFAULT_BETA
     floor_bits = k["bits"]
     # the fewest bits >= the job's that leave room for the rounding errors of every vector
@@ -174,7 +190,7 @@ def _calibrate(key: str) -> tuple[float, float, int]:
         raise ValueError(f"{vectors} vectors need more than 62 bits")
 
     def eps_of(sigma: float, gamma: float) -> float:
-        ev = _event(sigma, honest, clip, gamma, dim, beta, q, steps)
+        ev = _event(sigma, honest, clip, gamma, dim, beta, q, steps, rounding, rows_max)
         return accounting.epsilon(ev if prior is None else accounting.compose([prior, ev]), delta, accountant="rdp")
 
     def sigma_at(gamma: float) -> float:
@@ -213,11 +229,13 @@ def calibrate_release(sp: SecureParams, *, epsilon: float, delta: float, clip: f
     key = json.dumps({"prior": accounting.event_to_json(prior) if prior is not None else "", "epsilon": float(epsilon),
                       "delta": float(delta), "clip": float(clip), "dimension": int(dimension),
                       "honest": sp.honest, "parties": sp.parties, "vectors": int(vectors),
-                      "q": float(sampling_rate), "steps": int(steps), "bits": sp.bits}, sort_keys=True)
+                      "q": float(sampling_rate), "steps": int(steps), "bits": sp.bits,
+                      "rounding": sp.rounding, "rows_max": sp.records}, sort_keys=True)
     gamma, sigma, bits = _calibrate(key)
     return dn.DistributedNoisePlan(dimension=int(dimension), clip=float(clip), gamma=gamma, bits=bits,
                                    sigma_share=sigma, honest_parties=sp.honest, parties=sp.parties,
-                                   vectors=int(vectors), sampling_rate=float(sampling_rate), steps=int(steps))
+                                   vectors=int(vectors), sampling_rate=float(sampling_rate), steps=int(steps),
+                                   rounding=sp.rounding, rows_max=sp.records)
 
 
 def batch_bound(records: int, q: float) -> int:

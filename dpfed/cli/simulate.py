@@ -80,6 +80,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="noise planned for P_MIN survivors; rounds with fewer abort (default: all parties)")
     g.add_argument("--colluders", type=int, default=0, help="parties that may collude with the coordinator")
     g.add_argument("--bits", type=int, default=16, metavar="B", help="SecAgg arithmetic mod 2^B (default 16)")
+    g.add_argument("--secure-rounding", choices=("record", "party"), default=None,
+                   help="GLVQ/GMLVQ: record (default) rounds every sampled record's row on its own; party sums a "
+                        "party's clipped rows and rounds the sum once (one rotation per party and round)")
     add_algorithm_arguments(p)
     p.set_defaults(func=_main)
 
@@ -154,11 +157,15 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
     if secure:  # before the algorithm's options: a secure job needs no Gaussian calibration
         params.update(noise="distributed", secure_aggregation=True, bits=args.bits, colluders=args.colluders,
                       min_survivors=args.parties if args.min_survivors is None else args.min_survivors)
+        if args.secure_rounding is not None:
+            params["secure_rounding"] = args.secure_rounding
     if algo.params_from_args is not None:
         params.update(algo.params_from_args(args))
     params = validate(algo, params, ds.schema)  # the ranges and caps every party checks, before any spend
     if not secure and args.dropout:
         raise ValueError("--dropout applies to secure aggregation (--noise distributed)")
+    if not secure and args.secure_rounding is not None:
+        raise ValueError("--secure-rounding applies to secure aggregation (--noise distributed)")
     if "k" in params and params["k"] > len(ds.X_train) // max(args.parties, 1):
         raise ValueError(f"--k {params['k']} exceeds the {len(ds.X_train) // max(args.parties, 1)} training records "
                          "per party; use a smaller k")

@@ -194,8 +194,20 @@ class SecureParty:
 def encode_rows(chunks: Any, plan: Any, rng: SecureRNG) -> np.ndarray:
     """Distributed-noise encoding of a stream of per-record row chunks (KLS21 Alg. 1): each row
     clipped, rotated, scaled and conditionally rounded on its own, the integer rows summed, one
-    discrete Gaussian share added, mod 2^B (uint64 words). An ``integer`` plan takes integer rows
+    discrete Gaussian share added, mod 2^B (uint64 words). A plan with ``rounding == "party"`` sums
+    the clipped rows in float64 and rotates, scales and rounds that sum once
+    (:func:`dpfed.core.distributed_noise.quantize_party_sum`). An ``integer`` plan takes integer rows
     as they are (their sensitivities are exact; the algorithm's plan states them) and sums them."""
+    if not plan.integer and plan.noise.rounding == "party":  # the clipped rows summed, the sum rounded once
+        acc = np.zeros(plan.noise.dimension, dtype=np.float64)
+        for rows in chunks:
+            rows = np.asarray(rows, dtype=np.float64)
+            if rows.ndim != 2 or rows.shape[1] != plan.noise.dimension:
+                raise ValueError(f"secure rows must have {plan.noise.dimension} columns")
+            if len(rows):
+                acc += dn.party_row_sum(rows, plan.noise.clip)
+        total = dn.quantize_party_sum(acc, plan.noise, seed=plan.seed, rng=rng)
+        return dn.add_noise_mod(total, plan.noise.sigma_share, plan.noise.bits, rng)
     total = np.zeros(plan.length, dtype=np.int64)
     for rows in chunks:
         rows = np.asarray(rows) if plan.integer else np.asarray(rows, dtype=np.float64)

@@ -1,9 +1,10 @@
 """A distributed-noise LVQ job under secure aggregation over real gRPC with mutual TLS and five
-real party daemon processes: it completes, and its model is the in-process one (same seeds: the
-SecAgg masks cancel exactly, so the decoded sums, hence the models, coincide)."""
+real party daemon processes, with each encoding (``secure_rounding``): it completes, and its model is the
+in-process one (same seeds: the SecAgg masks cancel exactly, so the decoded sums, hence the models, coincide)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from dpfed.algorithms.contract import JobSpec
 from dpfed.data.datasets import kfold_indices, split_parties
@@ -11,13 +12,14 @@ from dpfed.simulation.grpc_local import run_grpc_simulation
 from dpfed.simulation.inprocess import run_inprocess
 
 
-def test_secure_lvq_over_grpc_matches_in_process(segmentation, tmp_path):
+@pytest.mark.parametrize("rounding", ["record", "party"])
+def test_secure_lvq_over_grpc_matches_in_process(segmentation, tmp_path, rounding):
     ds = segmentation
     tr, _ = next(iter(kfold_indices(len(ds.X), 5, seed=0)))
     data = split_parties(ds.X[tr], ds.y[tr], 5, "iid", np.random.default_rng(0))
     params = {"epsilon": 1.5, "delta": 1e-5, "epochs": 0.5, "sampling_rate": 0.05, "noise": "distributed",
-              "secure_aggregation": True, "min_survivors": 3, "bits": 16}
-    spec = JobSpec("secure-grpc", "glvq", params, ds.schema)
+              "secure_aggregation": True, "min_survivors": 3, "bits": 16, "secure_rounding": rounding}
+    spec = JobSpec(f"secure-grpc-{rounding}", "glvq", params, ds.schema)
     net = run_grpc_simulation(spec, data, seed=11, workdir=tmp_path / "sim", timeout=600)
     local = run_inprocess(spec, data, seed=11)
     assert net.summary["secure_aggregation"] is True and net.summary["dropped_rounds"] == 0

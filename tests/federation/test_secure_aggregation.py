@@ -37,11 +37,11 @@ class _Recorder:
     """A secure in-process run that records, per round, every party's encoded input x (what it gives
     SecAgg before masking), its masked answer, the survivors and the decoded aggregate."""
 
-    def __init__(self, ds, job_id: str, dropout: float, seed: int = 3) -> None:
+    def __init__(self, ds, job_id: str, dropout: float, seed: int = 3, **extra) -> None:
         tr, _ = next(iter(kfold_indices(len(ds.X), 5, seed=0)))
         data = split_parties(ds.X[tr], ds.y[tr], P, "iid", np.random.default_rng(0))
         names = [f"p{i}" for i in range(P)]
-        self.spec = secure_spec(_spec(ds, job_id), names, sum(len(x) for x, _ in data))
+        self.spec = secure_spec(_spec(ds, job_id, **extra), names, sum(len(x) for x, _ in data))
         self.parties = make_parties(self.spec, data, seed=seed, party_names=names, dropout=dropout)
         self.sessions = {s.party.name: s for s in open_sessions(self.spec, self.parties)}
         self.algo = get_algorithm("glvq")
@@ -88,10 +88,11 @@ class _Recorder:
         return coord
 
 
-@pytest.fixture(scope="module")
-def dropped_run(segmentation):
+@pytest.fixture(scope="module", params=["record", "party"])
+def dropped_run(segmentation, request):
+    """A 30 %-dropout secure GLVQ job, with each encoding (``secure_rounding``)."""
     mp = pytest.MonkeyPatch()
-    rec = _Recorder(segmentation, "secure-drop30", dropout=0.3)
+    rec = _Recorder(segmentation, f"secure-drop30-{request.param}", dropout=0.3, secure_rounding=request.param)
     try:
         rec.run(mp)
     finally:
@@ -133,8 +134,13 @@ def test_epsilon_is_the_one_for_min_survivors(dropped_run):
     rdp = 0.0
     for p in (plan.init, plan.step):
         d = p.padded_dimension
-        l2 = dn.rounded_l2_bound(p.clip / p.gamma, p.beta, d)
-        ev = dn.DistributedDiscreteGaussianDpEvent(p.sigma_share, PMIN, l2, dn.rounded_l1_bound(l2, d), d)
+        if rec.spec.params["secure_rounding"] == "party":  # clip / gamma and the float margin per summed row
+            assert p.rounding == "party" and p.rows_max == rec.spec.params["records"]
+            l2 = p.clip / p.gamma * (1 + 2.0 ** -30 * p.rows_max)
+            ev = dn.DistributedDiscreteGaussianDpEvent(p.sigma_share, PMIN, l2, l2, d, "party")
+        else:
+            l2 = dn.rounded_l2_bound(p.clip / p.gamma, p.beta, d)
+            ev = dn.DistributedDiscreteGaussianDpEvent(p.sigma_share, PMIN, l2, dn.rounded_l1_bound(l2, d), d)
         rdp = rdp + p.steps * dn.event_rdp(ev, orders, p.sampling_rate)
     want = float(rdp_privacy_accountant.compute_epsilon(orders, rdp, rec.spec.delta)[0])
     for party in rec.parties:
