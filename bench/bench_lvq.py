@@ -429,6 +429,17 @@ def secure_report(rows: list[dict], by: dict[tuple, dict[int, list[float]]], ref
     if loads:
         lines.append(f"1-min load average at the end of the runs: median {np.median(loads):.1f}, range "
                      f"{min(loads):.1f}-{max(loads):.1f}.")
+    if GRPC_CELLS.exists():
+        cells = [json.loads(x) for x in GRPC_CELLS.read_text().splitlines() if x.strip()]
+        lines += ["", "## Cells run over gRPC with mutual TLS and 5 party daemon processes", "",
+                  "`python bench/bench_lvq.py grpc-cell --dataset D --model M --eps E --setting S --fold F`: the same job "
+                  "(job id, seeds, folds, hyperparameters) in process and over real gRPC.", "",
+                  "| dataset | model | setting | epsilon | fold | test error in process | test error over gRPC | "
+                  "same model | wall in process / gRPC | epsilon spent |", "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {c['dataset']} | {c['model']} | {c['setting']} | {c['epsilon']} | {c['fold']} | "
+                  f"{c['inproc_test_error']:.4f} | {c['grpc_test_error']:.4f} | {'yes' if c['same_model'] else 'NO'} | "
+                  f"{c['inproc_wall_seconds']:.0f} s / {c['grpc_wall_seconds']:.0f} s | {c['grpc_epsilon_spent']:.4f} |"
+                  for c in cells]
     (RESULTS / "secure_table1.md").write_text("\n".join(lines) + "\n")
 
 
@@ -549,6 +560,49 @@ def grpc_run(args: argparse.Namespace) -> None:
     print(json.dumps(out))
 
 
+GRPC_CELLS = RESULTS / "secure_grpc_cells.jsonl"
+
+
+def grpc_cell(args: argparse.Namespace) -> None:
+    """One secure Table-1 cell (dataset, model, setting, epsilon, fold, seed index) run twice with the same job id
+    and seeds: in process and over gRPC with mutual TLS and 5 party daemon processes. Records both test errors and
+    whether the two models are equal array for array (bench/results/secure_grpc_cells.jsonl)."""
+    from dpfed.simulation.grpc_local import run_grpc_simulation
+
+    ds = load_dataset(args.dataset)
+    tr, te = folds(args.dataset, len(ds.X))[args.fold]
+    key = f"{args.dataset}/{args.model}"
+    tun = load_tuning()
+    hp = tun.get(f"{key}@{args.eps}", {}).get("chosen", tun[key]["chosen"] if key in tun else BASE[args.dataset])
+    sec = SECURE[args.setting]
+    params = prepare_params({**DEFAULTS, **hp, "epsilon": args.eps, "delta": 1e-5, "parties": 5, "noise": "distributed",
+                             "private": True, "secure_aggregation": True, "bits": sec["bits"],
+                             "min_survivors": sec["min_survivors"]})
+    seed = 1000 + args.fold + 100 * args.seed_index
+    job = f"cell-{args.dataset}-{args.model}-{args.setting}-{args.eps}-f{args.fold}-s{args.seed_index}"
+    spec = JobSpec(job, args.model, params, ds.schema)
+    data = split_parties(ds.X[tr], ds.y[tr], 5, "iid", np.random.default_rng(seed))
+    out = {"dataset": args.dataset, "model": args.model, "setting": args.setting, "epsilon": args.eps,
+           "fold": args.fold, "seed_index": args.seed_index, "hp": hp}
+    runs = {}
+    for name, run in (("inproc", lambda: run_inprocess(spec, data, seed=seed, dropout=sec["dropout"])),
+                      ("grpc", lambda: run_grpc_simulation(spec, data, seed=seed, dropout=sec["dropout"],
+                                                           timeout=6 * 3600))):
+        t0 = time.perf_counter()
+        res = run()
+        out[f"{name}_wall_seconds"] = time.perf_counter() - t0
+        out[f"{name}_test_error"] = evaluate(res.model, ds.X[te], ds.y[te], ds.schema)["test_error"]
+        out[f"{name}_epsilon_spent"] = res.epsilon_spent
+        runs[name] = res.model
+        print(name, json.dumps({k: v for k, v in out.items() if k.startswith(name)}), flush=True)
+    a, b = runs["inproc"], runs["grpc"]
+    out["same_model"] = sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
+    out["load_avg_1min"] = round(os.getloadavg()[0], 2)
+    with GRPC_CELLS.open("a") as f:
+        f.write(json.dumps(out) + "\n")
+    print(json.dumps(out))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -572,6 +626,13 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--folds", type=int, default=5)
     g = sub.add_parser("grpc")
     g.add_argument("--epochs", type=float, default=50)
+    gc = sub.add_parser("grpc-cell", help="one secure cell in process and over gRPC + mutual TLS, same seeds")
+    gc.add_argument("--dataset", required=True)
+    gc.add_argument("--model", required=True)
+    gc.add_argument("--eps", type=float, required=True)
+    gc.add_argument("--setting", default="s16", choices=sorted(SECURE))
+    gc.add_argument("--fold", type=int, default=0)
+    gc.add_argument("--seed-index", type=int, default=0)
     sub.add_parser("report")
     te = sub.add_parser("tune-eps", help="tune hp for one epsilon on the validation split (training data only)")
     te.add_argument("--dataset", required=True)
@@ -586,6 +647,8 @@ def main(argv: list[str] | None = None) -> int:
         report()
     elif args.cmd == "grpc":
         grpc_run(args)
+    elif args.cmd == "grpc-cell":
+        grpc_cell(args)
     elif args.cmd == "speed":
         speed(args)
     elif args.cmd == "tune-eps":
