@@ -48,7 +48,8 @@ SETTINGS = {"a": (1, "local"), "b": (5, "local"), "c": (5, "distributed")}
 SECURE = {"s16": {"bits": 16, "min_survivors": 5, "dropout": 0.0},
           "s14": {"bits": 14, "min_survivors": 5, "dropout": 0.0},
           "s12": {"bits": 12, "min_survivors": 5, "dropout": 0.0},
-          "s16d30": {"bits": 16, "min_survivors": 3, "dropout": 0.3}}
+          "s16d30": {"bits": 16, "min_survivors": 3, "dropout": 0.3},
+          "s16p": {"bits": 16, "min_survivors": 5, "dropout": 0.0, "secure_rounding": "party"}}
 SETTINGS.update({k: (5, "distributed") for k in SECURE})
 PAPER = {  # test errors, Table 1 of the paper: (GLVQ, GMLVQ) per epsilon, and non-private SGD
     "segmentation": {0.75: (0.479, 0.264), 1.5: (0.179, 0.175), 2.5: (0.164, 0.170), "np": (0.146, 0.093)},
@@ -89,7 +90,8 @@ def run_one(ds, Xtr, ytr, Xte, yte, model: str, eps: float | None, parties: int,
               "parties": parties, "noise": noise, "private": eps is not None}
     dropout = 0.0
     if secure is not None:
-        params.update(secure_aggregation=True, bits=secure["bits"], min_survivors=secure["min_survivors"])
+        params.update(secure_aggregation=True, bits=secure["bits"], min_survivors=secure["min_survivors"],
+                      secure_rounding=secure.get("secure_rounding", "record"))
         dropout = secure["dropout"]
     t0 = time.perf_counter()
     if eps is None:
@@ -388,28 +390,30 @@ def secure_report(rows: list[dict], by: dict[tuple, dict[int, list[float]]], ref
              "scale, conditional rounding, mod 2^B) under SecAgg; accounting DDGauss RDP (KLS21 Prop. 14) with "
              "Poisson subsampling by the binomial expansion (both directions), planned for P_min honest shares. sNN = B bits, P_min 5, no dropout; "
              "s16d30 = B 16, P_min 3, each party misses each round with probability 0.3 (a round with fewer than 3 "
-             "survivors is aborted, nothing unmasked). Same protocol, folds, seeds and tuned hyperparameters as "
+             "survivors is aborted, nothing unmasked); s16p = s16 with `secure_rounding = party` (each party's "
+             "clipped sum rotated and rounded once, instead of each record's row). Same protocol, folds, seeds and tuned hyperparameters as "
              "lvq_table1.md ((a) one party, (c) float distributed noise without SecAgg). Measured in process: the "
              "same party sessions, SecAgg steps and decoding as over gRPC with mutual TLS and party daemons "
              "(tests/daemons/test_net_secure_lvq.py: the same model with the same seeds). "
              "Command: `python bench/bench_lvq.py table --settings s16 ... --no-tune --no-baseline` "
              "(runs in lvq_runs.jsonl).", "",
-             "| dataset | model | epsilon | (a) 1 party | (c) float distributed | s16 | s14 | s12 | s16d30 | "
-             "s16 − (a) paired | s16d30 − (a) paired | target: within 0.01 of (a) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| dataset | model | epsilon | (a) 1 party | (c) float distributed | s16 | s14 | s12 | s16d30 | s16p | "
+             "s16 − (a) paired | s16d30 − (a) paired | s16p − (a) paired | target: within 0.01 of (a) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for dataset, model, eps in sorted({(r["dataset"], r["model"], r["epsilon"]) for r in srows + refused}):
         k = (dataset, model)
         a = by.get((*k, "a", eps), {})
         verdict = []
-        for s in ("s16", "s16d30"):
+        for s in ("s16", "s16d30", "s16p"):
             got = _paired_diff(a, by.get((*k, s, eps), {}))
             if got is not None:
                 d = got[0]
                 verdict.append(f"{s}: {'met' if d <= 0.01 else 'missed'} ({d:+.3f})")
         lines.append(f"| {dataset} | {model} | {eps} | " + " | ".join(
             "refused (see below)" if (*k, s, eps) in why and not by.get((*k, s, eps)) else _cell_text(by.get((*k, s, eps), {}))
-            for s in ("a", "c", "s16", "s14", "s12", "s16d30")) + " | "
+            for s in ("a", "c", "s16", "s14", "s12", "s16d30", "s16p")) + " | "
             + f"{_paired(a, by.get((*k, 's16', eps), {}))} | {_paired(a, by.get((*k, 's16d30', eps), {}))} | "
+            + f"{_paired(a, by.get((*k, 's16p', eps), {}))} | "
             + ("; ".join(verdict) or "n/a") + " |")
     for reason in sorted(set(why.values())):
         cells = sorted(f"{k[0]} {k[1]} {k[2]} eps {k[3]}" for k, v in why.items() if v == reason)
@@ -577,7 +581,8 @@ def grpc_cell(args: argparse.Namespace) -> None:
     sec = SECURE[args.setting]
     params = prepare_params({**DEFAULTS, **hp, "epsilon": args.eps, "delta": 1e-5, "parties": 5, "noise": "distributed",
                              "private": True, "secure_aggregation": True, "bits": sec["bits"],
-                             "min_survivors": sec["min_survivors"]})
+                             "min_survivors": sec["min_survivors"],
+                             "secure_rounding": sec.get("secure_rounding", "record")})
     seed = 1000 + args.fold + 100 * args.seed_index
     job = f"cell-{args.dataset}-{args.model}-{args.setting}-{args.eps}-f{args.fold}-s{args.seed_index}"
     spec = JobSpec(job, args.model, params, ds.schema)
