@@ -227,6 +227,13 @@ class PartyAlgorithm(ABC):
         privacy unit; clipped by the encoder to the plan's clip). Only for tasks with a plan."""
         raise TaskRejected(f"{spec.algorithm} has no secure-aggregation release")
 
+    def secure_row_sum(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
+                       rng: SecureRNG) -> np.ndarray | None:
+        """For a plan with ``rounding == "party"``: the sum of :meth:`secure_rows`, each row clipped to the
+        plan's clip, computed directly (e.g. by ghost clipping, without one row per record); None: the encoder
+        sums :meth:`secure_rows` itself. Used for dpfed's own algorithms only (the encoder cannot re-clip a sum)."""
+        return None
+
 
 def is_builtin(half: PartyAlgorithm) -> bool:
     """True for dpfed's own algorithms, which must report their releases (strict checking)."""

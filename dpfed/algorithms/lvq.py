@@ -475,6 +475,25 @@ class LVQParty(PartyAlgorithm):
                                             learn_omega=learn)
         return step_rows()
 
+    def secure_row_sum(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
+                       rng: SecureRNG) -> np.ndarray | None:
+        """A step's sum of per-record clipped joint gradients for "party" rounding, by ghost clipping
+        (:func:`clipped_gradient_sum`, the plain DP-SGD path: no per-record rows), in :meth:`secure_rows`'
+        layout; the sampled records are drawn as there. None for the initialisation (its rows are summed)."""
+        if self.secure_plan(spec, task) is None:
+            raise TaskRejected("not a secure LVQ task")
+        if task.kind != "step":
+            return None
+        Z, y = self._checked(spec, task, X, y)
+        p, _, (c, d, ppc, rank, learn) = self._job(spec)
+        W = np.asarray(task.arrays["prototypes"], dtype=np.float64)
+        omega = np.asarray(task.arrays["omega"], dtype=np.float64) if rank else None
+        mask = rng.poisson_mask(len(Z), float(p["sampling_rate"]))
+        g = clipped_gradient_sum(Z[mask], y[mask], W, _prototype_labels(c, ppc), omega, float(p["clip"]),
+                                 phi=str(p["phi"]), beta=float(p["beta"]), learn_omega=learn)
+        parts = [g.prototypes.ravel()] + ([g.omega.ravel()] if rank and learn and g.omega is not None else [])
+        return np.concatenate(parts).astype(np.float64, copy=False)
+
     @staticmethod
     def _init_answer(p: Mapping[str, Any], plan: PrivacyPlan, Z: np.ndarray, y: np.ndarray, counts: np.ndarray,
                      c: int, d: int, share: int, rng: SecureRNG) -> Released:

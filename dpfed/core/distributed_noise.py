@@ -73,7 +73,7 @@ _ROTATION_DOMAIN = b"dpfed.distributed_noise.rotation.v1\x00"
 #: The two encodings of :class:`DistributedNoisePlan` (``rounding``).
 ROUNDINGS = ("record", "party")
 #: "party" rounding: relative float64 margin per summed row in the sensitivity (:func:`party_sum_l2_bound`).
-_PARTY_FLOAT_MARGIN = 2.0 ** -30
+_PARTY_FLOAT_MARGIN = 2.0 ** -26
 _MAX_PARTY_ROWS = 10 ** 9
 #: "party" rounding: bound on |P(round up) - frac| (float frac and the 2^-53 uniform grid: < 2^-51).
 _PARTY_ROUNDING_SLACK = 2.0 ** -48
@@ -475,10 +475,12 @@ def quantize(x: np.ndarray, plan: DistributedNoisePlan, *, seed: bytes,
 def party_sum_l2_bound(scaled_clip: float, rows_max: int) -> float:
     """How far one record can move a party's scaled, rotated sum before rounding, in integer units:
     scaled_clip (= clip / gamma; R is orthogonal and the sum clip is a projection, 1-Lipschitz) plus a
-    margin for float64 error, 2^-30 rows_max scaled_clip: the computed sum has norm <= rows_max clip
-    (:func:`quantize_party_sum` clips it), and the float errors of the row clips, the summation, the
-    sum clip, the scaling and the rotation (BLAS products of <= 32 terms, 2 x 4 stages at d <= 2^22) are
-    below ~2000 u ||S|| in each of the two neighbouring computations, u = 2^-53: about 5000 times less."""
+    margin for float64 error, 2^-26 rows_max scaled_clip: the computed sum has norm <= rows_max clip
+    (:func:`quantize_party_sum` clips it), and the float errors of the row clips (norms of <= 2^22 terms:
+    < 2^22 u relative even summed naively), the summation, the sum clip, the scaling and the rotation (BLAS
+    products of <= 32 terms, 2 x 4 stages at d <= 2^22) stay below ~2^-29 ||S|| in each of the two
+    neighbouring computations, u = 2^-53. Also covers the algorithm's own clipping of a row (its computed norm
+    is exact to far less than this, e.g. LVQ's ghost clipping)."""
     if not (scaled_clip > 0 and math.isfinite(scaled_clip)):
         raise ValueError(f"scaled_clip must be positive and finite, got {scaled_clip!r}")
     return float(scaled_clip) * (1.0 + _PARTY_FLOAT_MARGIN * int(rows_max))

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from dpfed.algorithms.contract import Answer, JobSpec, PartyAlgorithm, Task, TaskRejected
+from dpfed.algorithms.contract import Answer, JobSpec, PartyAlgorithm, Task, TaskRejected, is_builtin
 from dpfed.algorithms.secure_noise import is_secure, secure_params
 from dpfed.core import distributed_noise as dn
 from dpfed.core.rng import SecureRNG
@@ -180,7 +180,12 @@ class SecureParty:
             plan = self.half.secure_plan(self.spec, inner)
             if plan is None or plan.noise.bits != client.config.bits:
                 raise TaskRejected(f"round {r}: the masked task does not match the advertised one")
-            x = encode_rows(self.half.secure_rows(self.spec, inner, X, y, self.rng), plan, self.rng)
+            direct = (self.half.secure_row_sum(self.spec, inner, X, y, self.rng)
+                      if plan.noise.rounding == "party" and not plan.integer and is_builtin(self.half) else None)
+            if direct is not None:  # "party" rounding of the algorithm's own sum of clipped rows
+                x = encode_party_sum(direct, plan, self.rng)
+            else:
+                x = encode_rows(self.half.secure_rows(self.spec, inner, X, y, self.rng), plan, self.rng)
             return sw.masked_to_arrays(client.masked_input(r, x, adverts), plan.noise.bits, roster)
         surv, drop = task.params.get("survivors"), task.params.get("dropped")
         if not (isinstance(surv, list) and isinstance(drop, list)):
@@ -189,6 +194,16 @@ class SecureParty:
         out = sw.unmask_to_arrays(client.unmask(r, [str(s) for s in surv], [str(d) for d in drop], envs), roster)
         client.forget(r)  # the answer is kept by answer(): a repeat gets it, nothing else is answered for r
         return out
+
+
+def encode_party_sum(total: np.ndarray, plan: Any, rng: SecureRNG) -> np.ndarray:
+    """"party" rounding of a party's float64 sum of clipped rows: rotated, scaled and rounded once
+    (:func:`dpfed.core.distributed_noise.quantize_party_sum`), one discrete Gaussian share, mod 2^B."""
+    total = np.asarray(total, dtype=np.float64)
+    if total.shape != (plan.noise.dimension,):
+        raise ValueError(f"a secure row sum must have {plan.noise.dimension} entries")
+    q = dn.quantize_party_sum(total, plan.noise, seed=plan.seed, rng=rng)
+    return dn.add_noise_mod(q, plan.noise.sigma_share, plan.noise.bits, rng)
 
 
 def encode_rows(chunks: Any, plan: Any, rng: SecureRNG) -> np.ndarray:
@@ -206,8 +221,7 @@ def encode_rows(chunks: Any, plan: Any, rng: SecureRNG) -> np.ndarray:
                 raise ValueError(f"secure rows must have {plan.noise.dimension} columns")
             if len(rows):
                 acc += dn.party_row_sum(rows, plan.noise.clip)
-        total = dn.quantize_party_sum(acc, plan.noise, seed=plan.seed, rng=rng)
-        return dn.add_noise_mod(total, plan.noise.sigma_share, plan.noise.bits, rng)
+        return encode_party_sum(acc, plan, rng)
     total = np.zeros(plan.length, dtype=np.int64)
     for rows in chunks:
         rows = np.asarray(rows) if plan.integer else np.asarray(rows, dtype=np.float64)

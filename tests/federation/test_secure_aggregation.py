@@ -136,7 +136,7 @@ def test_epsilon_is_the_one_for_min_survivors(dropped_run):
         d = p.padded_dimension
         if rec.spec.params["secure_rounding"] == "party":  # clip / gamma and the float margin per summed row
             assert p.rounding == "party" and p.rows_max == rec.spec.params["records"]
-            l2 = p.clip / p.gamma * (1 + 2.0 ** -30 * p.rows_max)
+            l2 = p.clip / p.gamma * (1 + 2.0 ** -26 * p.rows_max)
             ev = dn.DistributedDiscreteGaussianDpEvent(p.sigma_share, PMIN, l2, l2, d, "party")
         else:
             l2 = dn.rounded_l2_bound(p.clip / p.gamma, p.beta, d)
@@ -282,3 +282,35 @@ def test_an_aborted_initialisation_starts_from_the_public_point_and_the_job_comp
             assert res.rounds == 1 + round(0.2 / 0.05)  # every step round ran (or was skipped) after it
             return
     pytest.fail("no seed aborted the initialisation round")
+
+
+@pytest.mark.parametrize("model,extra", [("glvq", {}), ("gmlvq", {"omega_rank": 3})])
+def test_party_rounding_sum_by_ghost_clipping_is_the_sum_of_the_clipped_rows(segmentation, model, extra):
+    """secure_row_sum (ghost clipping, what "party" rounding encodes) equals the sum of secure_rows (one
+    materialised clipped row per sampled record, each of norm <= clip) for the same sampled records (same
+    generator seed), to float rounding; a real step task with prototypes and Omega, a clip that binds."""
+    from dpfed.algorithms.contract import Task
+    from dpfed.algorithms.lvq import secure_lvq_plan
+    from dpfed.core.rng import SecureRNG
+
+    ds = segmentation
+    names = [f"p{i}" for i in range(3)]
+    params = {"epsilon": 1.5, "delta": 1e-5, "epochs": 1, "sampling_rate": 0.2, "noise": "distributed",
+              "secure_aggregation": True, "min_survivors": 3, "bits": 16, "clip": 0.05,
+              "secure_rounding": "party", **extra}
+    spec = secure_spec(JobSpec(f"ghost-{model}", model, params, ds.schema), names, len(ds.X))
+    plan = secure_lvq_plan(spec)
+    gen = np.random.default_rng(1)
+    c, d = int(ds.y.max()) + 1, ds.X.shape[1]
+    arrays = {"prototypes": gen.uniform(-1, 1, size=(c, d))}
+    if extra:
+        omega = gen.normal(size=(3, d))
+        arrays["omega"] = 0.9 * omega / np.linalg.norm(omega)
+    task = Task(spec.job_id, 1, "step", arrays=arrays)
+    X, y = ds.X[:400], ds.y[:400]
+    rows = np.concatenate(list(get_algorithm(model).party().secure_rows(spec, task, X, y, SecureRNG.from_seed(b"s"))))
+    assert len(rows) > 20 and (np.linalg.norm(rows, axis=1) <= 0.05 * (1 + 1e-12)).all()
+    assert (np.linalg.norm(rows, axis=1) > 0.05 * (1 - 1e-9)).sum() > len(rows) // 2  # the clip binds
+    direct = get_algorithm(model).party().secure_row_sum(spec, task, X, y, SecureRNG.from_seed(b"s"))
+    assert direct.shape == (plan.step.dimension,)
+    np.testing.assert_allclose(direct, rows.sum(axis=0), rtol=1e-9, atol=1e-12)
