@@ -21,6 +21,9 @@ Privacy unit: one *encoded vector* (one row given to :func:`quantize`). Adding o
 the integer sum by its rounded vector, of L2 norm <= Delta_2 (:func:`rounded_l2_bound`) and L1 norm
 <= Delta_1 (:func:`rounded_l1_bound`): KLS21's client-level setting. For record-level privacy inside
 a party, pass the party's per-record vectors as rows (each rounded on its own, then summed).
+"party" rounding (:func:`quantize_party_sum`) rounds a party's float sum of clipped rows once instead:
+one record then moves the real vector that is rounded by at most clip / gamma, and
+:func:`party_rounding_rdp` accounts the rounding by a coupling argument.
 
 Accounting (RDP, add/remove neighbours): the sum of n i.i.d. N_Z(0, sigma^2) shares is close to
 N_Z(0, n sigma^2) (KLS21 Thm. 1 / Prop. 14, :func:`ddgauss_rdp`); Poisson subsampling by the binomial
@@ -489,8 +492,8 @@ def party_sum_l2_bound(scaled_clip: float, rows_max: int) -> float:
 def party_round(values: np.ndarray, rng: SecureRNG) -> np.ndarray:
     """Unconditional randomized rounding of float64 values to int64: floor(v) + [u < v - floor(v)],
     u uniform on the 2^-53 grid (:meth:`SecureRNG.uniform`), one fresh u per coordinate. The same
-    function of (v, u) in every world is what the coupling argument of :func:`ddgauss_rdp` ("party"
-    rounding) needs: with u shared, round(v + x) - round(v) is distributed as floor(x) + Bernoulli(frac(x)),
+    function of (v, u) in every world is what the coupling argument of :func:`party_rounding_rdp`
+    needs: with u shared, round(v + x) - round(v) is distributed as floor(x) + Bernoulli(frac(x)),
     up to 2^-51 in the probability (float frac and the grid)."""
     v = np.asarray(values, dtype=np.float64)
     if not np.isfinite(v).all():
@@ -507,7 +510,7 @@ def quantize_party_sum(total: np.ndarray, plan: DistributedNoisePlan, *, seed: b
     rows_max * clip (a public bound, so the float error is public too; a projection, 1-Lipschitz),
     scaled by 1/gamma, rotated in float64 and rounded once (:func:`party_round`): int64, length d.
     One rotation and one rounding per party and round instead of per record: privacy rests on the
-    coupling bound of :func:`ddgauss_rdp` for "party" rounding, not on a norm check."""
+    coupling bound of :func:`party_rounding_rdp`, not on a norm check."""
     if plan.rounding != "party":
         raise ValueError("quantize_party_sum needs a plan with rounding 'party'")
     s = np.array(total, dtype=np.float64, ndmin=2)
