@@ -176,10 +176,14 @@ class SecureGather:
         return out
 
     def summary(self) -> dict[str, Any]:
-        """Facts for the job's report (JSON keys of ``dpfed simulate``)."""
-        return {"secure_aggregation": True, "bits": self.params.bits,
-                "bits_per_round": sorted(self.bits), "survivors_min": self.params.min_survivors,
-                "colluders": self.params.colluders, "dropped_rounds": self.dropped_rounds,
-                "dropouts": self.dropouts, "aborted_rounds": self.aborted_rounds,
-                "survivors_observed_min": self.survivors_seen_min}
+        """Facts for the job's report (JSON keys of ``dpfed simulate``); ``secure_rounding`` for the
+        algorithms that round real rows (LVQ)."""
+        out = {"secure_aggregation": True, "bits": self.params.bits,
+               "bits_per_round": sorted(self.bits), "survivors_min": self.params.min_survivors,
+               "colluders": self.params.colluders, "dropped_rounds": self.dropped_rounds,
+               "dropouts": self.dropouts, "aborted_rounds": self.aborted_rounds,
+               "survivors_observed_min": self.survivors_seen_min}
+        if "secure_rounding" in self.spec.params:
+            out["secure_rounding"] = self.params.rounding
+        return out
 

@@ -104,6 +104,7 @@ def test_sums_exact_with_30_percent_dropout(dropped_run):
     """Every round's decoded aggregate equals the decoding of the sum (mod 2^B) of exactly the
     survivors' encoded inputs, computed here with Python integers from what the parties encoded."""
     assert dropped_run.gather.dropped_rounds >= 5 and dropped_run.gather.aborted_rounds == 0
+    assert dropped_run.gather.summary()["secure_rounding"] == dropped_run.spec.params["secure_rounding"]
     _assert_exact(dropped_run)
 
 
