@@ -285,7 +285,7 @@ def test_an_aborted_initialisation_starts_from_the_public_point_and_the_job_comp
     pytest.fail("no seed aborted the initialisation round")
 
 
-@pytest.mark.parametrize("model,extra", [("glvq", {}), ("gmlvq", {"omega_rank": 3})])
+@pytest.mark.parametrize("model,extra", [("glvq", {}), ("gmlvq", {"omega_rank": 3}), ("gmlvq", {"omega_rank": 0})])
 def test_party_rounding_sum_by_ghost_clipping_is_the_sum_of_the_clipped_rows(segmentation, model, extra):
     """secure_row_sum (ghost clipping, what "party" rounding encodes) equals the sum of secure_rows (one
     materialised clipped row per sampled record, each of norm <= clip) for the same sampled records (same
@@ -305,7 +305,7 @@ def test_party_rounding_sum_by_ghost_clipping_is_the_sum_of_the_clipped_rows(seg
     c, d = int(ds.y.max()) + 1, ds.X.shape[1]
     arrays = {"prototypes": gen.uniform(-1, 1, size=(c, d))}
     if extra:
-        omega = gen.normal(size=(3, d))
+        omega = gen.normal(size=(extra["omega_rank"] or d, d))
         arrays["omega"] = 0.9 * omega / np.linalg.norm(omega)
     task = Task(spec.job_id, 1, "step", arrays=arrays)
     X, y = ds.X[:400], ds.y[:400]
