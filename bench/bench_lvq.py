@@ -81,18 +81,28 @@ def folds(dataset: str, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
     return [(te, tr) for tr, te in fs] if dataset == "mnist" else fs
 
 
+def job_params(hp: dict, eps: float | None, parties: int, noise: str, secure: dict | None = None) -> dict:
+    """A Table-1 run's job parameters: defaults, tuned ``hp``, epsilon, and a :data:`SECURE` setting's."""
+    params = {**DEFAULTS, **hp, "epsilon": eps if eps is not None else 1.0, "delta": 1e-5,
+              "parties": parties, "noise": noise, "private": eps is not None}
+    if secure is not None:
+        params.update(secure_aggregation=True, bits=secure["bits"], min_survivors=secure["min_survivors"],
+                      secure_rounding=secure.get("secure_rounding", "record"))
+    return params
+
+
+def run_seed(fold: int, seed_index: int) -> int:
+    """The seed of a run (noise, sampling, party split) from its fold and seed index."""
+    return 1000 + fold + 100 * seed_index
+
+
 def run_one(ds, Xtr, ytr, Xte, yte, model: str, eps: float | None, parties: int, noise: str,
             hp: dict, seed: int, secure: dict | None = None) -> dict:
     """One training run; returns test error, sigma and wall time. ``secure`` (one of :data:`SECURE`) runs
     the job under secure aggregation in process: the same party sessions, SecAgg steps and decoding as
     over gRPC (tests/daemons/test_net_secure_lvq.py checks the two give the same model)."""
-    params = {**DEFAULTS, **hp, "epsilon": eps if eps is not None else 1.0, "delta": 1e-5,
-              "parties": parties, "noise": noise, "private": eps is not None}
-    dropout = 0.0
-    if secure is not None:
-        params.update(secure_aggregation=True, bits=secure["bits"], min_survivors=secure["min_survivors"],
-                      secure_rounding=secure.get("secure_rounding", "record"))
-        dropout = secure["dropout"]
+    params = job_params(hp, eps, parties, noise, secure)
+    dropout = 0.0 if secure is None else secure["dropout"]
     t0 = time.perf_counter()
     if eps is None:
         spec = JobSpec(f"np-{uuid.uuid4().hex[:8]}", model, params, ds.schema)
@@ -210,7 +220,7 @@ def table_runs(args: argparse.Namespace) -> None:
                        "seed_index": si, "hp": hp_e, "omega_rank": hp_e.get("omega_rank", 0)}
                 try:
                     r = run_one(ds, X[tr], y[tr], X[te], y[te], model, eps, parties, noise, hp_e,
-                                seed=1000 + fi + 100 * si, secure=SECURE.get(s))
+                                seed=run_seed(fi, si), secure=SECURE.get(s))
                 except DpfedError as exc:  # e.g. a secure plan the parties refuse: recorded, never retried
                     if s not in SECURE:
                         raise
@@ -579,11 +589,8 @@ def grpc_cell(args: argparse.Namespace) -> None:
     tun = load_tuning()
     hp = tun.get(f"{key}@{args.eps}", {}).get("chosen", tun[key]["chosen"] if key in tun else BASE[args.dataset])
     sec = SECURE[args.setting]
-    params = prepare_params({**DEFAULTS, **hp, "epsilon": args.eps, "delta": 1e-5, "parties": 5, "noise": "distributed",
-                             "private": True, "secure_aggregation": True, "bits": sec["bits"],
-                             "min_survivors": sec["min_survivors"],
-                             "secure_rounding": sec.get("secure_rounding", "record")})
-    seed = 1000 + args.fold + 100 * args.seed_index
+    params = prepare_params(job_params(hp, args.eps, 5, "distributed", sec))
+    seed = run_seed(args.fold, args.seed_index)
     job = f"cell-{args.dataset}-{args.model}-{args.setting}-{args.eps}-f{args.fold}-s{args.seed_index}"
     spec = JobSpec(job, args.model, params, ds.schema)
     data = split_parties(ds.X[tr], ds.y[tr], 5, "iid", np.random.default_rng(seed))
