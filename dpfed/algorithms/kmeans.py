@@ -31,7 +31,6 @@ sample-and-aggregate clamped mean; the center of attention is refused there, and
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from dpfed.core.mechanisms import discrete_laplace, gaussian
 from dpfed.core.rng import SecureRNG
 from dpfed.algorithms.sample_aggregate import assign_blocks, center_of_attention_release, clamped_mean_release
 from dpfed.data.schema import Schema
+from dpfed.core.memo import shared_cache
 
 __all__ = [
     "kmeans_plusplus", "lloyd", "kmeans", "block_kmeans", "inertia", "public_anchors", "canonical_order", "align_blocks",
@@ -321,7 +321,7 @@ def _plan_at(x: float, method: str, k: int, aggregator: str, steps: int, eps: fl
         sizes_noise=_SIZES_SHARE * eps, epsilon=eps, delta=delta)
 
 
-@functools.lru_cache(maxsize=256)
+@shared_cache(maxsize=256)
 def make_plan(method: str, k: int, aggregator: str, steps: int, epsilon: float, delta: float) -> KMeansPlan:
     """Calibrate one budget scale x so that the PLD epsilon (at ``delta``) of :func:`plan_event` is
     within 0.1 % below ``epsilon``, never above: :func:`dpfed.core.accounting.calibrate` on the

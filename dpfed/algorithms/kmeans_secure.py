@@ -73,7 +73,6 @@ Lemma 2.6 mechanism for any answer. Such a job is refused with that reason (the 
 """
 from __future__ import annotations
 
-import functools
 import math
 import zlib
 from dataclasses import dataclass
@@ -89,6 +88,7 @@ from dpfed.algorithms.sample_aggregate import assign_blocks
 from dpfed.core import accounting
 from dpfed.core import distributed_noise as dn
 from dpfed.core.rng import SecureRNG
+from dpfed.core.memo import shared_cache
 
 __all__ = ["COA_REFUSAL", "NOT_SECURE_REFUSAL", "Release", "SecureKMeansPlan", "schedule", "secure_kmeans_plan",
            "job_event", "secure_plan", "check_task", "secure_rows", "count_vector", "step_vector", "sizes_vector",
@@ -183,7 +183,7 @@ def _entry_bound(kind: str, scale: int, count_scale: int, sp: sn.SecureParams, m
     return float(sp.records * max(scale, count_scale, 1))
 
 
-@functools.lru_cache(maxsize=64)
+@shared_cache(maxsize=64)
 def _calibrated(method: str, k: int, d: int, steps: int, eps: float, delta: float, sp: sn.SecureParams,
                 max_blocks: int) -> SecureKMeansPlan:
     kinds = schedule(method, steps)

@@ -53,7 +53,6 @@ answers each round at most once, only with the planned shapes and parameters.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import uuid
@@ -77,6 +76,7 @@ from dpfed.core.clipping import clamp, clip_rows_l2, sum_sensitivity
 from dpfed.core.rng import SecureRNG
 from dpfed.core.mechanisms import discrete_laplace, float_gaussian, gaussian, laplace, rounded_gaussian
 from dpfed.data.schema import DataValidationError, Schema
+from dpfed.core.memo import shared_cache
 
 __all__ = ["PrivacyPlan", "privacy_plan", "prepare_params", "LVQParty", "LVQCoordinator", "evaluate",
            "noisy_gradient_sum", "gradient_release", "DPGLVQ", "DPGMLVQ", "ALGORITHMS", "DEFAULTS"]
@@ -137,7 +137,7 @@ def _init_noise(init: str, eps1: float, delta: float, count_fraction: float) -> 
     raise ValueError(f"init must be 'gaussian', 'laplace' or 'zero', got {init!r}")
 
 
-@functools.lru_cache(maxsize=64)
+@shared_cache(maxsize=64)
 def _plan_cached(key: str, noise_multiplier: float | None) -> PrivacyPlan:
     p = json.loads(key)
     eps, delta = float(p["epsilon"]), float(p["delta"])
@@ -198,7 +198,7 @@ def secure_lvq_plan(spec: JobSpec) -> SecureLVQPlan:
                                c, d, ppc, rank, learn)
 
 
-@functools.lru_cache(maxsize=32)
+@shared_cache(maxsize=32)
 def _secure_plan_cached(key: str, c: int, d: int, ppc: int, rank: int, learn: bool) -> SecureLVQPlan:
     p = {**DEFAULTS, **json.loads(key)}
     sp = sn.secure_params(p)

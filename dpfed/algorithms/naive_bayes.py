@@ -69,7 +69,6 @@ accuracy 0.839 with it, 0.831 without).
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -88,6 +87,7 @@ from dpfed.core import distributed_noise as dn
 from dpfed.core.clipping import clamp
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import DataValidationError, Feature, Schema
+from dpfed.core.memo import shared_cache
 
 __all__ = ["ALGORITHMS", "DPNaiveBayes", "NBPlan", "Layout", "plan_release", "secure_release",
            "sufficient_statistics",
@@ -239,7 +239,7 @@ def secure_release(spec: JobSpec) -> tuple[NBPlan, sn.SecurePlan]:
                    spec.job_id)
 
 
-@functools.lru_cache(maxsize=64)
+@shared_cache(maxsize=64)
 def _secure(schema_json: str, eps: float, delta: float, honest: int, parties: int, records: int, floor_bits: int,
             job_id: str) -> tuple[NBPlan, sn.SecurePlan]:
     layout = Layout.from_schema(Schema.from_json(schema_json))
@@ -264,7 +264,7 @@ def _secure(schema_json: str, eps: float, delta: float, honest: int, parties: in
     return plan, sn.SecurePlan(noise, (("stats", (dim,)),), sn.rotation_seed(job_id, 0), integer=True)
 
 
-@functools.lru_cache(maxsize=64)
+@shared_cache(maxsize=64)
 def _plan(schema_json: str, eps: float, delta: float, mech: str) -> NBPlan:
     layout = Layout.from_schema(Schema.from_json(schema_json))
     a = _importance(layout)

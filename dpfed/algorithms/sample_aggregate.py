@@ -23,7 +23,6 @@ instead of NRS07's closed-form Lemma 2.10 constants, which are looser.
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -37,6 +36,7 @@ from dpfed.core import accounting
 from dpfed.core.mechanisms import gaussian
 from dpfed.core.clipping import clamp, mean_sensitivity
 from dpfed.core.rng import SecureRNG
+from dpfed.core.memo import shared_cache
 
 __all__ = [
     "assign_blocks", "run_blocks", "attention_t0", "pairwise_distances", "radii",
@@ -217,7 +217,7 @@ def _bisect_max(ok: Callable[[float], bool], lo: float, hi: float, iters: int = 
     return lo
 
 
-@functools.lru_cache(maxsize=128)
+@shared_cache(maxsize=128)
 def gaussian_smooth_params(epsilon: float, delta: float, dim: int, *, sliding_share: float = 0.5
                            ) -> GaussianSmoothParams:
     """Calibrate (alpha, beta) so that f(x) + S_beta(x)/alpha * N(0, I_dim) is (epsilon, delta)-DP.

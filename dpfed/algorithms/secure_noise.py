@@ -27,7 +27,6 @@ Accounting is RDP (the DDGauss bound has no PLD), so the party's ledger must be 
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
@@ -40,6 +39,7 @@ from dp_accounting import DpEvent
 from dpfed.algorithms.params import Param
 from dpfed.core import accounting
 from dpfed.core import distributed_noise as dn
+from dpfed.core.memo import shared_cache
 
 __all__ = ["SecureParams", "SecurePlan", "secure_params", "is_secure", "rotation_seed",
            "calibrate_release", "batch_bound", "integer_bits", "integer_noise_plan", "SECURE_KINDS", "SECURE_PARAMS",
@@ -175,7 +175,7 @@ def _event(sigma: float, honest: int, clip: float, gamma: float, dim: int, beta:
     return plan.event()
 
 
-@functools.lru_cache(maxsize=64)
+@shared_cache(maxsize=64)
 def _calibrate(key: str) -> tuple[float, float, int]:
     k = json.loads(key)
     prior = accounting.event_from_json(k["prior"]) if k["prior"] else None

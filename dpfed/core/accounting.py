@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from dpfed.core.errors import DpfedError
 
-import functools
 import json
 from fractions import Fraction
 import math
@@ -38,6 +37,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpfed.core.distributed_noise import DistributedDiscreteGaussianDpEvent, event_invalid, event_rdp
+from dpfed.core.memo import shared_cache
 
 __all__ = [
     "Neighbouring", "Accountant", "PLD_VALUE_DISCRETIZATION", "AccountingError",
@@ -156,7 +156,7 @@ def epsilon(event: DpEvent, delta: float, *, accountant: str = "pld",
                            float(pld_discretization))
 
 
-@functools.lru_cache(maxsize=256)
+@shared_cache(maxsize=256)
 def _epsilon_cached(event_json: str, delta_: float, accountant: str, neighbouring: str,
                     pld_discretization: float) -> float:
     acc = _composed(event_from_json(event_json), accountant, neighbouring, pld_discretization)
@@ -424,7 +424,7 @@ def gaussian_noise_multiplier(epsilon: float, delta: float, *, accountant: str =
     return _gaussian_cached(float(epsilon), float(delta), accountant, float(rtol))
 
 
-@functools.lru_cache(maxsize=256)
+@shared_cache(maxsize=256)
 def _gaussian_cached(eps: float, delta_: float, accountant: str, rtol: float) -> float:
     guess = math.sqrt(2 * math.log(1.25 / delta_)) / eps if 0 < delta_ < 1 and eps > 0 else 1.0
     return calibrate(dp_accounting.GaussianDpEvent, eps, delta_, lo=1e-9, hi=1e9, guess=guess,
