@@ -38,7 +38,9 @@ One round r (two exchanges: masked input, unmask):
    per-round pairwise seed k_uv,r itself. Never both for one v in one round; refused (nothing
    revealed) with fewer than ``min_survivors`` survivors, with fewer than t of u's own neighbours
    among them (then b_u,r could not be rebuilt anyway), a contradiction or a second different
-   request for r. The server rebuilds each survivor's b_v,r from t shares and removes the masks.
+   request for r. The server rebuilds each survivor's b_v,r from t shares and removes the masks. The
+   coordinator asks only the survivors it needs (:meth:`SecAggServer.unmaskers`), the others with the
+   same request only if one of those is silent: a party not asked reveals nothing of the round.
 
 Why this is safe (what the coordinator holds per round is what per-round keys gave it): k_uv,r is an
 HKDF output bound to the round, so revealing it for a dropped v unmasks nothing of any other round
@@ -855,6 +857,41 @@ class SecAggServer:
     def envelopes_for(self, r: int, name: str) -> list[Envelope]:
         """The survivors' envelopes addressed to ``name`` (sent with its unmask request)."""
         return list(self._r(r).boxes.get(name, []))
+
+    def unmaskers(self, r: int) -> tuple[str, ...]:
+        """The survivors to send the unmask request first: few, but enough to remove every mask if they
+        all answer. Every survivor with a dropped neighbour it masked with (only it can reveal that
+        pairwise seed), then, greedily, the survivor holding envelopes of the most survivors still short
+        of t holders, until each survivor's b_v,r has t share holders among them (ties broken in an
+        order rotated by the round, which spreads the work over the parties). Asking fewer survivors
+        reveals less (only their shares); the rest are asked, with the same request, only if some of
+        these do not answer (``SecureGather``). With t = 2 and 24 Harary neighbours of 100 parties that
+        is ~10 parties instead of 100: the second exchange of a round without dropouts costs a tenth."""
+        st = self._r(r)
+        req = st.request
+        if req is None:
+            raise ProtocolError(f"round {r}: collect_masked first")
+        surv, drop = list(req.survivors), set(req.dropped)
+        m, t = len(surv), self.config.threshold
+        index = {u: i for i, u in enumerate(surv)}
+        holds = np.zeros((m, m), dtype=bool)  # holds[u, v]: survivor u holds survivor v's envelope
+        for u in surv:
+            for e in st.boxes.get(u, ()):
+                if e.sender in index:
+                    holds[index[u], index[e.sender]] = True
+        chosen = np.array([bool(st.mask_sets.get(u, set()) & drop) for u in surv], dtype=bool)
+        need = t - holds[chosen].sum(axis=0)
+        order = np.roll(np.arange(m), -(r % m)) if m else np.arange(0)
+        while (need > 0).any():
+            score = holds[order][:, need > 0].sum(axis=1)
+            score[chosen[order]] = -1
+            best = int(np.argmax(score))
+            if score[best] <= 0:  # nobody left can help: ask everyone (reconstruction will say what lacks)
+                return tuple(surv)
+            u = int(order[best])
+            chosen[u] = True
+            need = need - holds[u]
+        return tuple(u for u, c in zip(surv, chosen, strict=True) if c)
 
     def _add_inputs(self, r: int, st: _ServerRound, inputs: Iterable[MaskedInput | MaskedSum],
                     length: int | None) -> tuple[np.ndarray | None, set[str], list[Envelope]]:

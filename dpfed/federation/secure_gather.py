@@ -6,7 +6,10 @@ that did not answer, refused or failed is simply missing). For each algorithm ta
 steps (Bonawitz et al. 2017 with keys per job, :mod:`dpfed.federation.secagg`): ``secagg/advertise``
 only to parties whose advert it lacks (all in the first round; again after a party missed a round:
 it may have restarted with new keys), ``secagg/masked`` with each party's and its neighbours'
-adverts, ``secagg/unmask`` with the survivors' envelopes to each survivor. It tolerates dropouts
+adverts, ``secagg/unmask`` with the survivors' envelopes to the survivors needed to remove every mask
+(:meth:`~dpfed.federation.secagg.SecAggServer.unmaskers`: those with a dropped neighbour and enough
+share holders of every survivor's self mask; the same request goes to the other survivors only if some
+of these do not answer). It tolerates dropouts
 down to P_min survivors, and returns one :class:`~dpfed.algorithms.contract.Aggregate` whose arrays
 are the decoded real-valued sum (KLS21 Alg. 2: centre mod 2^B, times gamma, inverse rotation) and
 whose ``parties`` are the survivors. With fewer than P_min masked inputs the round is aborted before
@@ -59,6 +62,7 @@ class SecureGather:
         self.dropouts = 0                # party-rounds missing
         self.survivors_seen_min = self.params.parties
         self.last_request: sa.UnmaskRequest | None = None
+        self.unmask_requests = 0         # unmask tasks sent (a round asks only the survivors it needs)
         self.bits: set[int] = set()
         self._adverts: dict[int, dict[str, sa.KeyAdvert]] = {}  # bits -> party -> its current advert
 
@@ -135,15 +139,26 @@ class SecureGather:
                                f"{self.params.min_survivors} survivors required ({exc})") from None
         self.last_request = req
         unmask_meta = {"kind": task.kind, "survivors": list(req.survivors), "dropped": list(req.dropped)}
-        resps = self._answers({n: Task(job, r, sw.UNMASK, unmask_meta,
-                                       sw.envelopes_to_arrays(server.envelopes_for(r, n), roster, sw.ENV))
-                               for n in req.survivors},
-                              lambda n, a: sw.unmask_from_arrays(a, job, r, n, roster))
+
+        def unmask(names: Sequence[str]) -> dict[str, sa.UnmaskResponse]:
+            self.unmask_requests += len(names)
+            return self._answers({n: Task(job, r, sw.UNMASK, unmask_meta,
+                                          sw.envelopes_to_arrays(server.envelopes_for(r, n), roster, sw.ENV))
+                                  for n in names},
+                                 lambda n, a: sw.unmask_from_arrays(a, job, r, n, roster))
+
+        first = server.unmaskers(r)  # enough survivors to remove every mask (all of them with many dropouts)
+        resps = unmask(first)
         try:
             total = server.unmask(r, resps.values())
-        except sa.ReconstructionError as exc:
-            raise RoundAborted(f"round {r} aborted: {len(resps)} of {len(req.survivors)} survivors answered the "
-                               f"unmask request, too few to reconstruct ({exc})") from None
+        except sa.ReconstructionError:
+            rest = [n for n in req.survivors if n not in set(first)]  # the same request, to the others
+            resps.update(unmask(rest) if rest else {})
+            try:
+                total = server.unmask(r, resps.values())
+            except sa.ReconstructionError as exc:
+                raise RoundAborted(f"round {r} aborted: {len(resps)} of {len(req.survivors)} survivors answered "
+                                   f"the unmask request, too few to reconstruct ({exc})") from None
         arrays = plan.decode(total)
         self.rounds += 1
         missing = len(roster) - len(req.survivors)
@@ -182,7 +197,7 @@ class SecureGather:
                "bits_per_round": sorted(self.bits), "survivors_min": self.params.min_survivors,
                "colluders": self.params.colluders, "dropped_rounds": self.dropped_rounds,
                "dropouts": self.dropouts, "aborted_rounds": self.aborted_rounds,
-               "survivors_observed_min": self.survivors_seen_min}
+               "survivors_observed_min": self.survivors_seen_min, "unmask_requests": self.unmask_requests}
         if "secure_rounding" in self.spec.params:
             out["secure_rounding"] = self.params.rounding
         return out

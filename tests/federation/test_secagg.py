@@ -166,6 +166,68 @@ def test_secagg_plus_graph_200_parties_degree_log_and_sum_with_30_percent_dropou
         np.testing.assert_array_equal(total, _expected(xs, req.survivors, 32))
 
 
+def _cover_ok(cfg: sa.SecAggConfig, survivors, dropped, asked) -> bool:
+    """Independently of the server: the asked survivors can remove every mask if they all answer. Each
+    survivor with a dropped neighbour is asked (only it knows that pairwise seed), and each survivor v has
+    >= t asked survivors among its neighbours (holders of its envelopes)."""
+    surv, drop, asked = set(survivors), set(dropped), set(asked)
+    if not asked <= surv:
+        return False
+    if any(set(cfg.neighbours(u)) & drop and u not in asked for u in surv):
+        return False
+    return all(len(set(cfg.neighbours(v)) & asked) >= cfg.threshold for v in surv)
+
+
+@pytest.mark.parametrize("p, colluders, fraction", [(8, 0, 0.0), (8, 0, 0.25), (100, 0, 0.0), (100, 5, 0.0),
+                                                    (100, 0, 0.1), (100, 5, 0.3)])
+def test_unmask_request_goes_to_just_enough_survivors_and_their_answers_give_the_exact_sum(pki, p, colluders,
+                                                                                            fraction):
+    """The coordinator asks only the survivors it needs (SecAggServer.unmaskers); their answers alone
+    remove every mask. Without dropouts that is a small part of the survivors: at 100 parties (Harary,
+    24-26 neighbours) with t = 2 about n t / k parties; the cover is checked against the graph here."""
+    cfg = sa.SecAggConfig(f"job-few-{p}-{colluders}-{fraction}", _names(p), bits=16, min_survivors=max(2, int(0.7 * p)),
+                          corrupt_fraction=colluders / p, dropout_fraction=0.3)
+    clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
+    gen = np.random.default_rng(p + colluders)
+    for r in range(3):
+        xs = {n: gen.integers(0, 1 << 16, 33, dtype=np.uint64) for n in cfg.parties}
+        gone = set(gen.permutation(cfg.parties)[: round(fraction * p)].tolist())
+        routed = server.route_adverts(r, [c.advert() for c in clients.values()])
+        req = server.collect_masked(r, [clients[n].masked_input(r, xs[n], routed[n]) for n in routed if n not in gone])
+        asked = server.unmaskers(r)
+        assert _cover_ok(cfg, req.survivors, req.dropped, asked)
+        for drop_one in sorted(asked)[:3]:  # one asked party fewer is not enough (minimal enough to matter)
+            if not _cover_ok(cfg, req.survivors, req.dropped, set(asked) - {drop_one}):
+                break
+        else:
+            pytest.fail("the asked set is not near-minimal: any of 3 parties could be left out")
+        resps = [clients[n].unmask(r, req.survivors, req.dropped, server.envelopes_for(r, n)) for n in asked]
+        np.testing.assert_array_equal(server.unmask(r, resps), _expected(xs, req.survivors, 16))
+        if not gone:
+            bound = math.ceil(2.5 * p * cfg.threshold / cfg.neighbour_count) + 1
+            assert len(asked) <= bound, (len(asked), cfg.threshold)
+            if p == 100 and colluders == 0:
+                assert len(asked) <= 20
+
+
+def test_unmasking_from_a_set_missing_one_holder_fails_and_says_so(pki):
+    """The cover is needed: leave out one asked party that some survivor's shares depend on, and the
+    server cannot rebuild that self mask (the gather then asks the other survivors)."""
+    cfg = sa.SecAggConfig("job-few-short", _names(100), bits=16, min_survivors=70, dropout_fraction=0.3)
+    clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
+    xs = {n: np.arange(17, dtype=np.uint64) for n in cfg.parties}
+    routed = server.route_adverts(0, [c.advert() for c in clients.values()])
+    req = server.collect_masked(0, [clients[n].masked_input(0, xs[n], routed[n]) for n in routed])
+    asked = server.unmaskers(0)
+    short = next(set(asked) - {u} for u in asked if not _cover_ok(cfg, req.survivors, req.dropped, set(asked) - {u}))
+    resps = {n: clients[n].unmask(0, req.survivors, req.dropped, server.envelopes_for(0, n)) for n in short}
+    with pytest.raises(sa.ReconstructionError, match="threshold"):
+        server.unmask(0, resps.values())
+    rest = [n for n in req.survivors if n not in short]
+    resps.update({n: clients[n].unmask(0, req.survivors, req.dropped, server.envelopes_for(0, n)) for n in rest})
+    np.testing.assert_array_equal(server.unmask(0, resps.values()), _expected(xs, req.survivors, 16))
+
+
 def test_a_survivor_silent_in_the_unmask_step_with_a_dropped_neighbour_aborts_the_round(pki):
     """What amortised keys give up (module docstring): p003's pairwise seed with the dropped p005 is known
     only to the two of them, so without p003's answer the server cannot unmask the round and says whose

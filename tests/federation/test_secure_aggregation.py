@@ -206,6 +206,38 @@ def test_a_restarted_party_misses_one_round_then_re_advertises_and_is_counted(se
     _assert_exact(rec)
 
 
+def test_the_unmask_request_goes_to_few_survivors_and_to_the_rest_only_when_one_is_silent(segmentation,
+                                                                                          monkeypatch):
+    """Without dropouts a round asks only enough survivors to rebuild every self mask (P = 10, t = 2: 3 of
+    10). In rounds 2, 5, 8, ... the first asked party does not answer: the same request then goes to the
+    other survivors (once each) and the round is still exact; nothing is aborted."""
+    rec = _Recorder(segmentation, "secure-few-unmaskers", dropout=0.0)
+
+    def send(tasks):
+        t0 = next(iter(tasks.values()))
+        out = rec.send(tasks)
+        if t0.kind == sw.UNMASK and t0.round % 3 == 2 and len(tasks) < P:
+            out.pop(min(tasks))
+        return out
+
+    rec.run(monkeypatch, send=send)
+    assert rec.gather.aborted_rounds == 0
+    unmask = {}
+    for r, k, who in rec.kinds:
+        if k == sw.UNMASK:
+            unmask.setdefault(r, []).append(who)
+    assert unmask and all(len(s) == P for _, s, _ in rec.rounds)
+    for r, sends in unmask.items():
+        asked = [n for who in sends for n in who]
+        assert len(asked) == len(set(asked)), "a party was asked twice"
+        if r % 3 == 2:
+            assert len(sends) == 2 and sorted(asked) == sorted(rec.sessions)
+        else:
+            assert len(sends) == 1 and len(sends[0]) == 3
+    assert rec.gather.summary()["unmask_requests"] == sum(len(w) for s in unmask.values() for w in s)
+    _assert_exact(rec)
+
+
 def _chi2_top_nibble(words: np.ndarray, bits: int) -> float:
     """p-value of the chi-square test that the top 4 of ``bits`` bits are uniform (16 cells)."""
     top = (np.asarray(words, dtype=np.uint64) >> np.uint64(bits - 4)).astype(np.int64)
