@@ -49,7 +49,10 @@ SECURE = {"s16": {"bits": 16, "min_survivors": 5, "dropout": 0.0},
           "s14": {"bits": 14, "min_survivors": 5, "dropout": 0.0},
           "s12": {"bits": 12, "min_survivors": 5, "dropout": 0.0},
           "s16d30": {"bits": 16, "min_survivors": 3, "dropout": 0.3},
-          "s16p": {"bits": 16, "min_survivors": 5, "dropout": 0.0, "secure_rounding": "party"}}
+          "s16p": {"bits": 16, "min_survivors": 5, "dropout": 0.0, "secure_rounding": "party"},
+          # s16 over real gRPC with mutual TLS and 5 party daemon processes; the same job (id and seeds) also
+          # runs in process, and the row records whether the two models are equal array for array
+          "s16g": {"bits": 16, "min_survivors": 5, "dropout": 0.0, "transport": "grpc"}}
 SETTINGS.update({k: (5, "distributed") for k in SECURE})
 PAPER = {  # test errors, Table 1 of the paper: (GLVQ, GMLVQ) per epsilon, and non-private SGD
     "segmentation": {0.75: (0.479, 0.264), 1.5: (0.179, 0.175), 2.5: (0.164, 0.170), "np": (0.146, 0.093)},
@@ -100,9 +103,12 @@ def run_one(ds, Xtr, ytr, Xte, yte, model: str, eps: float | None, parties: int,
             hp: dict, seed: int, secure: dict | None = None) -> dict:
     """One training run; returns test error, sigma and wall time. ``secure`` (one of :data:`SECURE`) runs
     the job under secure aggregation in process: the same party sessions, SecAgg steps and decoding as
-    over gRPC (tests/daemons/test_net_secure_lvq.py checks the two give the same model)."""
+    over gRPC (tests/daemons/test_net_secure_lvq.py checks the two give the same model); with
+    ``transport = grpc`` over real gRPC with mutual TLS and party daemon processes, after the same job (id
+    and seeds) in process: ``inproc_test_error`` and ``same_model`` say whether the two agree."""
     params = job_params(hp, eps, parties, noise, secure)
     dropout = 0.0 if secure is None else secure["dropout"]
+    extra: dict = {}
     t0 = time.perf_counter()
     if eps is None:
         spec = JobSpec(f"np-{uuid.uuid4().hex[:8]}", model, params, ds.schema)
@@ -113,12 +119,22 @@ def run_one(ds, Xtr, ytr, Xte, yte, model: str, eps: float | None, parties: int,
         spec = JobSpec(f"b-{uuid.uuid4().hex[:8]}", model, params, ds.schema)
         data = split_parties(Xtr, ytr, parties, "iid", np.random.default_rng(seed))
         res = run_inprocess(spec, data, seed=seed, dropout=dropout)
+        if secure is not None and secure.get("transport") == "grpc":
+            from dpfed.simulation.grpc_local import run_grpc_simulation
+
+            extra = {"inproc_test_error": evaluate(res.model, Xte, yte, ds.schema)["test_error"],
+                     "inproc_wall_seconds": time.perf_counter() - t0, "transport": "grpc"}
+            inproc = res.model
+            t0 = time.perf_counter()
+            res = run_grpc_simulation(spec, data, seed=seed, dropout=dropout, timeout=6 * 3600)
+            extra["same_model"] = sorted(inproc) == sorted(res.model) and all(
+                np.array_equal(inproc[k], res.model[k]) for k in inproc)
         modelarr, summary, spent = res.model, res.summary, res.epsilon_spent
     wall = time.perf_counter() - t0
     err = evaluate(modelarr, Xte, yte, ds.schema)["test_error"]
-    extra = {} if secure is None else {k: summary.get(k) for k in ("secure_aggregation", "bits", "survivors_min",
-                                                                       "dropped_rounds", "aborted_rounds", "dropouts",
-                                                                       "bits_per_round", "init_aborted")}
+    if secure is not None:
+        extra.update({k: summary.get(k) for k in ("secure_aggregation", "bits", "survivors_min", "dropped_rounds",
+                                                  "aborted_rounds", "dropouts", "bits_per_round", "init_aborted")})
     return {"test_error": err, "noise_multiplier": summary.get("noise_multiplier", 0.0),
             "epsilon_spent": spent, "wall_seconds": wall, **extra}
 
@@ -407,22 +423,26 @@ def secure_report(rows: list[dict], by: dict[tuple, dict[int, list[float]]], ref
              "(tests/daemons/test_net_secure_lvq.py: the same model with the same seeds). "
              "Command: `python bench/bench_lvq.py table --settings s16 ... --no-tune --no-baseline` "
              "(runs in lvq_runs.jsonl).", "",
-             "| dataset | model | epsilon | (a) 1 party | (c) float distributed | s16 | s14 | s12 | s16d30 | s16p | "
-             "s16 − (a) paired | s16d30 − (a) paired | s16p − (a) paired | target: within 0.01 of (a) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "s16g = s16 over real gRPC with mutual TLS and 5 party daemon processes (one seed per fold; each job "
+             "also run in process with the same job id and seeds, see below).", "",
+             "| dataset | model | epsilon | (a) 1 party | (c) float distributed | s16 | s16g (gRPC) | s14 | s12 | s16d30 "
+             "| s16p | s16 − (a) paired | s16g − (a) paired | s16d30 − (a) paired | s16p − (a) paired | "
+             "target: within 0.01 of (a) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for dataset, model, eps in sorted({(r["dataset"], r["model"], r["epsilon"]) for r in srows + refused}):
         k = (dataset, model)
         a = by.get((*k, "a", eps), {})
         verdict = []
-        for s in ("s16", "s16d30", "s16p"):
+        for s in ("s16", "s16g", "s16d30", "s16p"):
             got = _paired_diff(a, by.get((*k, s, eps), {}))
             if got is not None:
                 d = got[0]
                 verdict.append(f"{s}: {'met' if d <= 0.01 else 'missed'} ({d:+.3f})")
         lines.append(f"| {dataset} | {model} | {eps} | " + " | ".join(
             "refused (see below)" if (*k, s, eps) in why and not by.get((*k, s, eps)) else _cell_text(by.get((*k, s, eps), {}))
-            for s in ("a", "c", "s16", "s14", "s12", "s16d30", "s16p")) + " | "
-            + f"{_paired(a, by.get((*k, 's16', eps), {}))} | {_paired(a, by.get((*k, 's16d30', eps), {}))} | "
+            for s in ("a", "c", "s16", "s16g", "s14", "s12", "s16d30", "s16p")) + " | "
+            + f"{_paired(a, by.get((*k, 's16', eps), {}))} | {_paired(a, by.get((*k, 's16g', eps), {}))} | "
+            + f"{_paired(a, by.get((*k, 's16d30', eps), {}))} | "
             + f"{_paired(a, by.get((*k, 's16p', eps), {}))} | "
             + ("; ".join(verdict) or "n/a") + " |")
     for reason in sorted(set(why.values())):
@@ -439,6 +459,14 @@ def secure_report(rows: list[dict], by: dict[tuple, dict[int, list[float]]], ref
                         " (aborted rounds not recorded by these runs: expected 16 % of rounds, P[Bin(5, 0.7) < 3])")
                      + "; every job completed (that every unmasked sum is exact under 0/10/30 % dropout is tested: "
                      "tests/federation/test_secagg.py::test_sum_exact_with_dropouts_over_many_rounds_with_the_same_keys).")
+    grpc = [r for r in srows if r.get("transport") == "grpc"]
+    if grpc:
+        same = sum(bool(r.get("same_model")) for r in grpc)
+        lines.append(f"s16g over gRPC: {same} of {len(grpc)} jobs gave the same model, array for array, as the same "
+                     f"job in process (test errors equal in {sum(r['inproc_test_error'] == r['test_error'] for r in grpc)}); "
+                     f"wall {min(r['wall_seconds'] for r in grpc):.0f}-{max(r['wall_seconds'] for r in grpc):.0f} s per "
+                     f"job over gRPC, {min(r['inproc_wall_seconds'] for r in grpc):.0f}-"
+                     f"{max(r['inproc_wall_seconds'] for r in grpc):.0f} s in process.")
     loads = [r["load_avg_1min"] for r in srows if "load_avg_1min" in r]
     if loads:
         lines.append(f"1-min load average at the end of the runs: median {np.median(loads):.1f}, range "
