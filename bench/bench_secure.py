@@ -16,7 +16,8 @@ wire encoding included: every answer goes through ``protos.codec`` and protobuf 
   (``prepare_round``): "keys"; clips and encodes its vector (rotation without padding, conditional
   rounding, one exact discrete Gaussian share, mod 2^B: ``distributed_noise.encode``): "encode";
   masks it (``secagg``), packs B bits and serialises it: "mask"; the coordinator parses the answers,
-  the parties open their envelopes and answer the unmask request, the coordinator rebuilds the self
+  the survivors the coordinator asks (``SecAggServer.unmaskers``: enough share holders of every self mask)
+  open their envelopes and answer the unmask request, the coordinator rebuilds the self
   masks and removes the masks: "unmask"; and decodes (centre, times gamma, inverse rotation):
   "decode". The noise is planned for epsilon 1, delta 1e-5, P_min = 0.7 P honest shares
   (``plan_distributed_noise``).
@@ -112,7 +113,7 @@ def secure_round(r: int, cfg: sa.SecAggConfig, clients: dict, xs: list[np.ndarra
                                      tuple(sw.envelopes_from_arrays(arrays, cfg.job_id, r, names, prefix=sw.ENV))))
     req = server.collect_masked(r, masked)
     total = server.unmask(r, [clients[n].unmask(r, req.survivors, req.dropped, server.envelopes_for(r, n))
-                              for n in req.survivors])
+                              for n in server.unmaskers(r)])  # the survivors the coordinator asks (SecureGather)
     t2 = now()
     dn.decode(total, plan, seed=seed)
     t3 = now()
@@ -212,7 +213,7 @@ def main() -> None:
             f"one for its envelope key) {row['keys'][1] / row['plain'][1]:.1f}x, masking (one "
             f"{sa.mask_dtype(row['bits']).itemsize}-byte ChaCha20 word per coordinate and neighbour, B = {row['bits']}, "
             f"plus the self mask, where the plain party draws one Gaussian) {row['mask'][1] / row['plain'][1]:.1f}x, "
-            f"unmasking (opening the envelopes, rebuilding P self-mask seeds, removing P self masks) "
+            f"unmasking (the asked survivors opening their envelopes, rebuilding P self-mask seeds, removing P self masks) "
             f"{row['unmask'][1] / row['plain'][1]:.1f}x. The job's key setup (X25519 keys and one ECDSA signature per "
             f"party, each neighbour's certificate and signature checked and two X25519 agreements per neighbour) "
             f"costs {row['setup'][1]:.3f} CPU s once per job.")
