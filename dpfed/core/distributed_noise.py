@@ -234,7 +234,10 @@ def clip_rows(rows: np.ndarray, clip: float, *, scale: float = 1.0,
     norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
     if not np.isfinite(norms).all() and not np.isfinite(rows).all():
         raise ValueError("the vector to encode has non-finite entries")
-    factor = np.minimum(1.0, clip / np.maximum(norms, np.finfo(float).tiny)) * scale
+    big = norms > clip  # min(1, clip / norm) without dividing by a zero norm (no overflow warning)
+    factor = np.ones_like(norms)
+    factor[big] = clip / norms[big]
+    factor *= scale
     clipped: np.ndarray = np.multiply(rows, factor[:, None], out=np.empty(rows.shape, dtype), casting="same_kind")
     return clipped
 
