@@ -44,15 +44,17 @@ def test_concurrent_callers_of_one_key_compute_once():
 
 
 def test_distinct_keys_do_not_wait_for_each_other():
+    """Four keys are computed at the same time: each computation waits inside the function for the other
+    three (a barrier), which would break (timeout) if one key's computation blocked another's."""
+    inside = threading.Barrier(4, timeout=10)
+
     @shared_cache(maxsize=8)
-    def slow(x):
-        time.sleep(0.2)
+    def meet(x):
+        inside.wait()
         return x
 
-    t0 = time.perf_counter()
-    out, errors = _hammer(slow, [(i,) for i in range(4)])
+    out, errors = _hammer(meet, [(i,) for i in range(4)])
     assert not errors and out == [0, 1, 2, 3]
-    assert time.perf_counter() - t0 < 0.75  # serialised would take 0.8 s; sleeps run in parallel
 
 
 def test_failures_are_not_cached_and_every_caller_sees_one():
