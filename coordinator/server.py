@@ -494,22 +494,29 @@ class Coordinator:
     def watch(self, job_id: str, context: grpc.ServicerContext | None = None,
               timeout: float | None = None) -> Iterator[dict[str, Any]]:
         """Yield the job record whenever it changes, until it reaches a terminal state; while nothing
-        changes, yield it again every ``heartbeat_seconds`` (data on the stream keeps it alive)."""
-        seen = -1
+        changes, yield it again every ``heartbeat_seconds`` (data on the stream keeps it alive). Changes
+        elsewhere (other jobs, parties' answers) wake the watch but send nothing."""
+        seen, sent, beat = -1, None, 0.0
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._cond:
-                rec = self.jobs.get(job_id)
-                if rec is None:
-                    raise Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
-                beat = time.monotonic() + self.config.heartbeat_seconds
-                while self._version == seen and time.monotonic() < beat:
+                while True:  # until this job's record changes or the heartbeat is due
+                    rec = self.jobs.get(job_id)
+                    if rec is None:
+                        raise Abort(grpc.StatusCode.NOT_FOUND, f"unknown job id {job_id!r}")
                     if context is not None and not context.is_active():
                         return
                     if deadline is not None and time.monotonic() > deadline:
                         return
+                    if self._version != seen:  # something changed: this job, or another, or a party
+                        seen, key = self._version, rec.progress_key()
+                        if key != sent:
+                            break
+                    if time.monotonic() >= beat:
+                        key = rec.progress_key()
+                        break
                     self._cond.wait(timeout=max(min(1.0, beat - time.monotonic()), 0.0))
-                seen = self._version
+                sent, beat = key, time.monotonic() + self.config.heartbeat_seconds
                 snap = rec.to_dict()
             yield snap
             if snap["state"] in ("done", "failed", "refused", "cancelled"):
