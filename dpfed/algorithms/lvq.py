@@ -57,7 +57,7 @@ import json
 import math
 import uuid
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping, Sequence
 
 import dp_accounting
@@ -214,8 +214,10 @@ def _secure_plan_cached(key: str, c: int, d: int, ppc: int, rank: int, learn: bo
         init_dim, cw, sw = c, 1.0, 0.0
     else:
         raise ValueError("under secure aggregation init must be 'gaussian' or 'zero' (Laplace noise does not split)")
-    init = sn.calibrate_release(sp, epsilon=frac * eps, delta=delta, clip=1.0, dimension=init_dim, vectors=sp.records)
     step_dim = c * ppc * d + (rank * d if rank and learn else 0)
+    # one encoding for the whole job, chosen by the size of its DP-SGD release
+    sp = replace(sp, rounding=sn.resolve_rounding(sp.rounding, step_dim))
+    init = sn.calibrate_release(sp, epsilon=frac * eps, delta=delta, clip=1.0, dimension=init_dim, vectors=sp.records)
     step = sn.calibrate_release(sp, epsilon=eps, delta=delta, clip=float(p["clip"]), dimension=step_dim,
                                 vectors=sn.batch_bound(sp.records, q), sampling_rate=q, steps=steps,
                                 prior=init.event())

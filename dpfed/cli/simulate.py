@@ -80,9 +80,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="noise planned for P_MIN survivors; rounds with fewer abort (default: all parties)")
     g.add_argument("--colluders", type=int, default=0, help="parties that may collude with the coordinator")
     g.add_argument("--bits", type=int, default=16, metavar="B", help="SecAgg arithmetic mod 2^B (default 16)")
-    g.add_argument("--secure-rounding", choices=("record", "party"), default=None,
-                   help="GLVQ/GMLVQ: record (default) rounds every sampled record's row on its own; party sums a "
-                        "party's clipped rows and rounds the sum once (one rotation per party and round)")
+    g.add_argument("--secure-rounding", choices=("auto", "record", "party"), default=None,
+                   help="GLVQ/GMLVQ: record rounds every sampled record's row on its own; party sums a party's "
+                        "clipped rows and rounds the sum once (one rotation per party and round); auto (default) "
+                        "is party for a DP-SGD release of >= 65,536 coordinates, else record")
     add_algorithm_arguments(p)
     p.set_defaults(func=_main)
 

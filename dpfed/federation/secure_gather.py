@@ -64,6 +64,7 @@ class SecureGather:
         self.last_request: sa.UnmaskRequest | None = None
         self.unmask_requests = 0         # unmask tasks sent (a round asks only the survivors it needs)
         self.bits: set[int] = set()
+        self.roundings: set[str] = set()  # encodings of the real-valued releases (``auto`` resolved)
         self._adverts: dict[int, dict[str, sa.KeyAdvert]] = {}  # bits -> party -> its current advert
 
     def _config(self, bits: int) -> sa.SecAggConfig:
@@ -101,6 +102,8 @@ class SecureGather:
         job, r, roster = self.spec.job_id, int(task.round), self.params.roster
         bits = plan.noise.bits
         self.bits.add(bits)
+        if not plan.integer:
+            self.roundings.add(plan.noise.rounding)
         server = sa.SecAggServer(self._config(bits))  # one per round: nothing of an old round is kept
         meta = {"kind": task.kind}
 
@@ -192,13 +195,15 @@ class SecureGather:
 
     def summary(self) -> dict[str, Any]:
         """Facts for the job's report (JSON keys of ``dpfed simulate``); ``secure_rounding`` for the
-        algorithms that round real rows (LVQ)."""
+        algorithms that round real rows (LVQ): the encoding used (``auto`` resolved)."""
         out = {"secure_aggregation": True, "bits": self.params.bits,
                "bits_per_round": sorted(self.bits), "survivors_min": self.params.min_survivors,
                "colluders": self.params.colluders, "dropped_rounds": self.dropped_rounds,
                "dropouts": self.dropouts, "aborted_rounds": self.aborted_rounds,
                "survivors_observed_min": self.survivors_seen_min, "unmask_requests": self.unmask_requests}
-        if "secure_rounding" in self.spec.params:
+        if self.roundings:
+            out["secure_rounding"] = "+".join(sorted(self.roundings))
+        elif "secure_rounding" in self.spec.params:  # no real-valued release ran (e.g. every round aborted)
             out["secure_rounding"] = self.params.rounding
         return out
 

@@ -347,3 +347,50 @@ def test_party_rounding_sum_by_ghost_clipping_is_the_sum_of_the_clipped_rows(seg
     direct = get_algorithm(model).party().secure_row_sum(spec, task, X, y, SecureRNG.from_seed(b"s"))
     assert direct.shape == (plan.step.dimension,)
     np.testing.assert_allclose(direct, rows.sum(axis=0), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("model,d,rank,classes,expect", [
+    ("glvq", 784, 0, 10, "record"),        # MNIST GLVQ, Table 1: 10 x 784 = 7,840 coordinates
+    ("gmlvq", 784, 0, 10, "party"),        # MNIST full-Omega GMLVQ: 7,840 + 784^2 = 622,496
+    ("gmlvq", 784, 50, 10, "record"),      # rank-50 Omega: 7,840 + 50 x 784 = 47,040
+    ("glvq", 32768, 0, 2, "party"),        # 2 x 32,768 = 65,536: the first size that rounds per party
+    ("glvq", 32767, 0, 2, "record"),       # 65,534
+])
+def test_auto_rounding_picks_party_from_65536_coordinates_of_the_dp_sgd_release(model, d, rank, classes, expect):
+    """``secure_rounding = auto`` (the default) is exactly the explicit encoding it names: ``party`` for a
+    DP-SGD release (prototypes, plus Omega for GMLVQ) of >= 2^16 coordinates, counted here from the layout,
+    ``record`` below; both releases of the job use it, and the plans (noise, scale, bits) are the
+    explicit ones."""
+    from dpfed.algorithms.lvq import secure_lvq_plan
+    from dpfed.data.schema import Schema
+
+    schema = Schema.numeric_box(d, 0.0, 1.0, n_classes=classes)
+    names = [f"p{i}" for i in range(5)]
+    coords = classes * d + (d * (rank or d) if model == "gmlvq" else 0)
+    assert (coords >= 65536) == (expect == "party")
+
+    def plan(**extra):
+        params = {"epsilon": 1.5, "delta": 1e-5, "epochs": 1, "sampling_rate": 0.01, "noise": "distributed",
+                  "secure_aggregation": True, "bits": 16, "omega_rank": rank, **extra}
+        return secure_lvq_plan(secure_spec(JobSpec("auto", model, params, schema), names, 10_000))
+
+    auto, default, explicit = plan(secure_rounding="auto"), plan(), plan(secure_rounding=expect)
+    assert auto.step.dimension == coords
+    assert auto.step.rounding == auto.init.rounding == default.step.rounding == expect
+    assert auto == default == explicit
+    other = plan(secure_rounding="record" if expect == "party" else "party")
+    assert other.step.rounding != expect
+
+
+def test_a_job_with_the_default_encoding_reports_the_one_it_used(segmentation):
+    """Segmentation GLVQ (133 coordinates) under the default ``auto`` rounds per record, and the report says
+    so; the parties and the coordinator agree on it from the public parameters alone (the sums are exact)."""
+    mp = pytest.MonkeyPatch()
+    rec = _Recorder(segmentation, "secure-auto", dropout=0.0)
+    assert "secure_rounding" not in rec.spec.params
+    try:
+        rec.run(mp)
+    finally:
+        mp.undo()
+    assert rec.gather.summary()["secure_rounding"] == "record"
+    _assert_exact(rec)
