@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -246,13 +246,13 @@ def calibrate_release(sp: SecureParams, *, epsilon: float, delta: float, clip: f
     them meets (epsilon, delta) by RDP with P_min - c honest shares (KLS21 Prop. 14; Poisson subsampling by
     the binomial expansion, :func:`dpfed.core.distributed_noise.poisson_subsampled_rdp`), and gamma leaves
     4 sub-Gaussian standard deviations of headroom for every party's share and ``vectors`` rounded rows (:func:`dpfed.core.distributed_noise.choose_gamma`)."""
+    if sp.rounding not in dn.ROUNDINGS:  # "auto" for this one release (LVQ resolves it once per job instead)
+        sp = replace(sp, rounding=resolve_rounding(sp.rounding, dimension))
     key = json.dumps({"prior": accounting.event_to_json(prior) if prior is not None else "", "epsilon": float(epsilon),
                       "delta": float(delta), "clip": float(clip), "dimension": int(dimension),
                       "honest": sp.honest, "parties": sp.parties, "vectors": int(vectors),
                       "q": float(sampling_rate), "steps": int(steps), "bits": sp.bits,
                       "rounding": sp.rounding, "rows_max": sp.records}, sort_keys=True)
-    if sp.rounding not in dn.ROUNDINGS:
-        raise ValueError(f"resolve secure_rounding {sp.rounding!r} (resolve_rounding) before calibrating")
     gamma, sigma, bits = _calibrate(key)
     return dn.DistributedNoisePlan(dimension=int(dimension), clip=float(clip), gamma=gamma, bits=bits,
                                    sigma_share=sigma, honest_parties=sp.honest, parties=sp.parties,
