@@ -61,8 +61,8 @@ SECURE_PARAMS = (
 #: ``secure_rounding = "auto"`` picks ``party`` from this many coordinates of the DP-SGD release up. A cost rule,
 #: not a privacy one (both encodings are accounted): ``record`` rotates and rounds every sampled record's row,
 #: O(d log d) each, which at d = 622,496 made a secure round 11.3x a plain one against 1.0x with ``party``
-#: (10 parties, ``bench_secure_grpc.py``), while at d = 7,840 ``record`` stays within 2x (100 parties) and is
-#: the standard conditional rounding of KLS21 (the Table-1 cells, d <= 7,840, run with it).
+#: (10 parties, ``bench_secure_grpc.py``), while at d = 7,840 the two cost the same (100 parties) and ``record``
+#: is the standard conditional rounding of KLS21 (the Table-1 cells, d <= 7,840, run with it).
 AUTO_PARTY_DIMENSION = 1 << 16
 #: Values of ``secure_rounding``: ``auto`` resolves to one of :data:`dpfed.core.distributed_noise.ROUNDINGS`.
 SECURE_ROUNDINGS = ("auto", *dn.ROUNDINGS)
