@@ -76,7 +76,7 @@ from dpfed.core.clipping import clamp, clip_rows_l2, sum_sensitivity
 from dpfed.core.rng import SecureRNG
 from dpfed.core.mechanisms import discrete_laplace, float_gaussian, gaussian, laplace, rounded_gaussian
 from dpfed.data.schema import DataValidationError, Schema
-from dpfed.core.memo import shared_cache
+from dpfed.core.memo import per_object, shared_cache
 
 __all__ = ["PrivacyPlan", "privacy_plan", "prepare_params", "LVQParty", "LVQCoordinator", "evaluate",
            "noisy_gradient_sum", "gradient_release", "DPGLVQ", "DPGMLVQ", "ALGORITHMS", "DEFAULTS"]
@@ -186,9 +186,11 @@ class SecureLVQPlan:
     event: DpEvent
 
 
+@per_object()
 def secure_lvq_plan(spec: JobSpec) -> SecureLVQPlan:
-    """The secure job's plan from its public params (cached): the initialisation meets
-    init_fraction * epsilon alone, the steps are calibrated so that the whole job meets epsilon."""
+    """The secure job's plan from its public params (cached per spec object, and by content): the
+    initialisation meets init_fraction * epsilon alone, the steps are calibrated so that the whole job
+    meets epsilon."""
     p = {**DEFAULTS, **spec.params}
     c, d, ppc, rank, learn = _layout(spec)
     return _secure_plan_cached(json.dumps({k: p[k] for k in (*_PLAN_KEYS, "clip", "init_center", "init_clip",
@@ -226,8 +228,10 @@ def _secure_plan_cached(key: str, c: int, d: int, ppc: int, rank: int, learn: bo
 
 # ----------------------------------------------------------------------------------- shapes
 
+@per_object()
 def _layout(spec: JobSpec) -> tuple[int, int, int, int, bool]:
-    """(classes, d, prototypes per class, Omega rank (0 = GLVQ), learn Omega) from the public spec."""
+    """(classes, d, prototypes per class, Omega rank (0 = GLVQ), learn Omega) from the public spec
+    (cached per spec object: asked several times per task)."""
     schema = spec.schema
     if schema.categorical.any():
         raise TaskRejected("LVQ needs numeric features with public bounds; the schema has categorical columns")

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
-__all__ = ["shared_cache", "CacheInfo"]
+__all__ = ["shared_cache", "per_object", "CacheInfo"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 Key = tuple[Any, ...]
@@ -94,6 +94,44 @@ def shared_cache(maxsize: int = 128) -> Callable[[F], F]:
 
         wrapper.cache_clear = cache_clear  # type: ignore[attr-defined]
         wrapper.cache_info = cache_info  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def per_object(maxsize: int = 64) -> Callable[[F], F]:
+    """Decorator for a function of one immutable object (a frozen ``JobSpec``): its result is cached by the
+    object's identity, for the ``maxsize`` most recent objects (kept alive by the cache, so an id is never
+    reused while cached). For values derived from a job's public spec on every task (layout, plan): the
+    spec object a session holds is the same for every round, and hashing or serialising it per call
+    (a 100-name roster, a 784-feature schema) cost more than the round's arithmetic. Exceptions are not
+    cached; a new object with equal content is a miss (computed again, same result)."""
+    if maxsize < 1:
+        raise ValueError("maxsize must be >= 1")
+
+    def decorate(fn: F) -> F:
+        cache: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
+        guard = threading.Lock()
+
+        @functools.wraps(fn)
+        def wrapper(obj: Any) -> Any:
+            with guard:
+                hit = cache.get(id(obj))
+                if hit is not None and hit[0] is obj:
+                    return hit[1]
+            value = fn(obj)
+            with guard:
+                cache[id(obj)] = (obj, value)
+                cache.move_to_end(id(obj))
+                while len(cache) > maxsize:
+                    cache.popitem(last=False)
+            return value
+
+        def cache_clear() -> None:
+            with guard:
+                cache.clear()
+
+        wrapper.cache_clear = cache_clear  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 
     return decorate

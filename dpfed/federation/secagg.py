@@ -366,9 +366,15 @@ def pairwise_seed(shared: bytes, job_id: str, round_: int, u: str, v: str) -> by
     return _expand(_extract(shared), _pairwise_info(job_id, round_, u, v))
 
 
+_PAIRWISE_TAG = _lp(b"dpfed-secagg-pairwise-v1")
+_ENVELOPE_TAG = _lp(b"dpfed-secagg-envelope-v1")
+_ENVELOPE_AD_TAG = _lp(b"dpfed-secagg-envelope-ad-v1")
+
+
 def _pairwise_info(job_id: str, round_: int, u: str, v: str) -> bytes:
-    a, b = sorted((u, v))
-    return _lp(b"dpfed-secagg-pairwise-v1", job_id, round_, a, b)
+    """_lp(tag, job, round, the two names in order), from cached fields (75 derivations per party and round)."""
+    a, b = (u, v) if u <= v else (v, u)
+    return _PAIRWISE_TAG + _lp_field(job_id) + _lp_field(round_) + _lp_field(a) + _lp_field(b)
 
 
 def _envelope_key(shared: bytes, job_id: str, round_: int, sender: str, receiver: str) -> bytes:
@@ -376,11 +382,11 @@ def _envelope_key(shared: bytes, job_id: str, round_: int, sender: str, receiver
 
 
 def _envelope_info(job_id: str, round_: int, sender: str, receiver: str) -> bytes:
-    return _lp(b"dpfed-secagg-envelope-v1", job_id, round_, sender, receiver)
+    return _ENVELOPE_TAG + _lp_field(job_id) + _lp_field(round_) + _lp_field(sender) + _lp_field(receiver)
 
 
 def _envelope_ad(job_id: str, round_: int, sender: str, receiver: str) -> bytes:
-    return _lp(b"dpfed-secagg-envelope-ad-v1", job_id, round_, sender, receiver)
+    return _ENVELOPE_AD_TAG + _lp_field(job_id) + _lp_field(round_) + _lp_field(sender) + _lp_field(receiver)
 
 
 # ----------------------------------------------------------------------------------- messages
@@ -689,9 +695,10 @@ class SecAggClient:
         holders = sorted(peers)
         shares = shamir_split(int.from_bytes(b, "big"), [self.config.x_of(v) for v in holders], t)
         envs = []
-        for v, y_share in zip(holders, shares, strict=True):
+        nonces = os.urandom(12 * len(holders))  # one random 96-bit nonce per envelope
+        for i, (v, y_share) in enumerate(zip(holders, shares, strict=True)):
             key = _expand(peers[v].c_prk, _envelope_info(job, r, self.name, v))
-            nonce = os.urandom(12)
+            nonce = nonces[12 * i:12 * i + 12]
             ct = ChaCha20Poly1305(key).encrypt(nonce, _share_bytes(self.config.x_of(v), y_share),
                                                _envelope_ad(job, r, self.name, v))
             envs.append(Envelope(job, r, self.name, v, nonce, ct))

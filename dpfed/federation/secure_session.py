@@ -102,6 +102,12 @@ class SecureParty:
     _clients: dict[int, sa.SecAggClient] = field(default_factory=dict)
     _record: tuple[tuple[int, int], str, Answer] | None = None   # ((round, step), task digest, answer)
     _drops: dict[int, int] = field(default_factory=dict)         # round -> first step it misses (4: none)
+    _roster: tuple[str, ...] = field(default=(), init=False, repr=False)  # the job's roster, read once
+
+    def roster(self) -> tuple[str, ...]:
+        if not self._roster:
+            self._roster = tuple(secure_params(self.spec.params).roster)
+        return self._roster
 
     def _client(self, bits: int) -> sa.SecAggClient:
         c = self._clients.get(bits)
@@ -165,7 +171,7 @@ class SecureParty:
         return plan
 
     def _step(self, task: Task, step: int, X: np.ndarray, y: np.ndarray | None) -> Answer:
-        r, roster = int(task.round), secure_params(self.spec.params).roster
+        r, roster = int(task.round), self.roster()
         plan = self._plan(task)
         client = self._client(plan.noise.bits)
         if step == 0:

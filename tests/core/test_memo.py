@@ -110,3 +110,57 @@ def test_a_job_offered_to_many_daemons_of_one_process_is_calibrated_once(monkeyp
     out, errors = _hammer(lambda: lvq.privacy_plan(params), [()] * 25)
     assert not errors and len({p.noise_multiplier for p in out}) == 1
     assert len(calls) == 1
+
+
+# ------------------------------------------------------------------------------- per_object
+
+def test_per_object_caches_by_identity_not_by_content():
+    """The same object is computed once; an equal but distinct object is computed again (a cache by
+    identity never answers for an object it did not see), a failure is not cached, and the oldest
+    object is evicted beyond maxsize."""
+    from dpfed.core.memo import per_object
+
+    calls = []
+
+    @per_object(maxsize=2)
+    def f(obj):
+        calls.append(obj)
+        if obj.get("fail"):
+            raise ValueError("bad object")
+        return sum(obj["x"])
+
+    a, b = {"x": [1, 2]}, {"x": [1, 2]}
+    assert f(a) == 3 and f(a) == 3 and len(calls) == 1
+    assert f(b) == 3 and len(calls) == 2  # equal content, another object: computed
+    bad = {"fail": True}
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            f(bad)
+    assert len(calls) == 4  # failures are recomputed
+    c = {"x": [5]}
+    assert f(c) == 5 and len(calls) == 5  # maxsize 2: a (the oldest) is evicted
+    assert f(b) == 3 and len(calls) == 5
+    assert f(a) == 3 and len(calls) == 6
+    f.cache_clear()
+    assert f(c) == 5 and len(calls) == 7
+
+
+def test_per_object_result_is_the_uncached_result_for_a_job_spec():
+    """The LVQ layout and secure plan, cached per spec object, equal a fresh computation for a new spec of
+    the same content, and a spec with another layout gets its own."""
+    from dpfed.algorithms import lvq
+    from dpfed.algorithms.contract import JobSpec
+    from dpfed.data.datasets import load_dataset
+
+    schema = load_dataset("segmentation").schema
+    base = {"epsilon": 1.0, "delta": 1e-5, "noise": "distributed", "secure_aggregation": True,
+            "roster": ["a", "b", "c"], "records": 300, "epochs": 1, "sampling_rate": 0.1}
+    s1 = JobSpec("j1", "gmlvq", dict(base), schema)
+    s2 = JobSpec("j1", "gmlvq", dict(base), schema)
+    s3 = JobSpec("j1", "gmlvq", {**base, "omega_rank": 2}, schema)
+    assert lvq._layout(s1) is lvq._layout(s1)
+    assert lvq._layout(s1) == lvq._layout(s2) == (7, 19, 1, 19, True)
+    assert lvq._layout(s3) == (7, 19, 1, 2, True)
+    assert lvq.secure_lvq_plan(s1) is lvq.secure_lvq_plan(s1)
+    assert lvq.secure_lvq_plan(s1).step == lvq.secure_lvq_plan(s2).step
+    assert lvq.secure_lvq_plan(s3).step.dimension == 7 * 19 + 2 * 19 != lvq.secure_lvq_plan(s1).step.dimension

@@ -618,6 +618,26 @@ def test_hkdf_is_rfc_5869_hkdf_sha256():
     assert sa._hkdf(bytes([0x0b] * 22), b"") == okm[:32]
 
 
+def test_derivation_infos_are_length_prefixed_fields():
+    """The HKDF infos and the envelopes' associated data are the length-prefixed fields (4-byte big-endian
+    length; the round as an 8-byte signed big-endian integer) of tag, job, round and the two names, the
+    pairwise ones in sorted order: written out here, field by field."""
+    import struct
+
+    def lp(*fields):
+        enc = [f if isinstance(f, bytes) else (f.encode() if isinstance(f, str) else struct.pack(">q", f))
+               for f in fields]
+        return b"".join(len(e).to_bytes(4, "big") + e for e in enc)
+
+    for job, r, u, v in [("job-1", 3, "party-2", "party-10"), ("j", 0, "b", "a"), ("x" * 300, 2**40, "é", "z"),
+                         ("job", 7, "same", "same")]:
+        assert sa._pairwise_info(job, r, u, v) == lp(b"dpfed-secagg-pairwise-v1", job, r, *sorted((u, v)))
+        assert sa._pairwise_info(job, r, u, v) == sa._pairwise_info(job, r, v, u)
+        assert sa._envelope_info(job, r, u, v) == lp(b"dpfed-secagg-envelope-v1", job, r, u, v)
+        assert sa._envelope_ad(job, r, u, v) == lp(b"dpfed-secagg-envelope-ad-v1", job, r, u, v)
+        assert sa._envelope_info(job, r, u, v) != sa._envelope_info(job, r, v, u) or u == v
+
+
 # ------------------------------------------------------------------------------- key setup once per job
 
 
