@@ -25,7 +25,9 @@ __all__ = ["PROTOCOL_VERSION", "ProtocolError", "DEFAULT_MAX_MESSAGE_BYTES", "DE
 #    versions refuse each other with a one-line error instead of summing incompatible masks.
 # 3: secure aggregation with keys per job: adverts without a round, envelopes with the masked input
 #    and the unmask task, pairwise seeds (not key shares) for dropped neighbours; no secagg/share step.
-PROTOCOL_VERSION = 3
+# 4: a masked-input task names the adverts its party verified in an earlier round by digest (``adr/*``)
+#    instead of sending them in full each round.
+PROTOCOL_VERSION = 4
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024     # gRPC send/receive limit, both sides
 DEFAULT_CHUNK_BYTES = 1024 * 1024                # payload per chunk; leaves room for headers
 DEFAULT_MAX_ARRAY_BYTES = 1024 * 1024 * 1024     # cap on one task/result/model after assembly

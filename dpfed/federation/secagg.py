@@ -25,7 +25,10 @@ One round r (two exchanges: masked input, unmask):
 
 1. ``masked_input(r, x, adverts)``: the coordinator sends u the current adverts of its neighbours
    (and u's own, which must be u's current one: a restarted party refuses a round announced with its
-   old keys). u masks with exactly the listed neighbours A_u,r:
+   old keys), each in full or, if u verified it in an earlier round, as an :class:`AdvertRef`: its
+   name and SHA-256 digest, which u resolves only to the advert it verified itself (an unknown digest
+   is refused, so a reference can name no key u has not checked). u masks with exactly the listed
+   neighbours A_u,r:
    y = x + PRG(b_u,r) + sum_{v in A_u,r} sign(u, v) PRG(k_uv,r) mod 2^B, where
    k_uv,r = HKDF(X25519(s_u, s_v); job, r, u, v in order) and b_u,r is a FRESH self-mask seed (OS
    CSPRNG) Shamir-shared (threshold t) among A_u,r in ChaCha20-Poly1305 envelopes keyed by
@@ -95,7 +98,7 @@ from dpfed.core.errors import DpfedError
 __all__ = [
     "SecAggError", "KeySubstitutionError", "EnvelopeError", "ProtocolError", "UnmaskRefused",
     "TooFewSurvivors", "ReconstructionError", "MaskedInputError",
-    "SecAggConfig", "KeyAdvert", "Envelope", "MaskedInput", "MaskedSum", "UnmaskRequest", "UnmaskResponse",
+    "SecAggConfig", "KeyAdvert", "AdvertRef", "Envelope", "MaskedInput", "MaskedSum", "UnmaskRequest", "UnmaskResponse",
     "SecAggClient", "SecAggServer",
     "PRIME", "shamir_split", "shamir_reconstruct", "harary_parameters", "neighbourhoods",
     "expand_mask", "mask_dtype", "pairwise_seed",
@@ -469,8 +472,23 @@ class KeyAdvert:
         return _lp(b"dpfed-secagg-advert-v2", self.job_id, self.name, self.c_pk, self.s_pk)
 
     def digest(self) -> bytes:
-        """SHA-256 of everything in the advert: the key of the receivers' verification cache."""
-        return hashlib.sha256(_lp(self.signed_bytes(), self.cert_pem, self.signature)).digest()
+        """SHA-256 of everything in the advert: the key of the receivers' verification cache and what an
+        :class:`AdvertRef` names (computed once per advert object)."""
+        d: bytes | None = self.__dict__.get("_digest")
+        if d is None:
+            d = hashlib.sha256(_lp(self.signed_bytes(), self.cert_pem, self.signature)).digest()
+            object.__setattr__(self, "_digest", d)
+        return d
+
+
+@dataclass(frozen=True)
+class AdvertRef:
+    """An advert the receiver verified in an earlier round of the job, named by its :meth:`KeyAdvert.digest`
+    (32 bytes instead of a certificate and a signature per neighbour and round). The receiver resolves it
+    only to the advert of that name it holds verified, and refuses a digest it does not hold."""
+
+    name: str
+    digest: bytes
 
 
 @dataclass(frozen=True)
@@ -648,22 +666,29 @@ class SecAggClient:
         self._peers[a.name] = peer
         return peer
 
-    def verify_adverts(self, r: int, adverts: Iterable[KeyAdvert]) -> dict[str, _Peer]:
-        """A_u,r: the listed neighbours, verified (once per advert: later calls hit the cache); my own
-        advert must be listed and current."""
+    def verify_adverts(self, r: int, adverts: Iterable[KeyAdvert | AdvertRef]) -> dict[str, _Peer]:
+        """A_u,r: the listed neighbours, verified (once per advert: later calls hit the cache, and an
+        :class:`AdvertRef` must name an advert verified before); my own advert must be listed and current."""
         nbrs = set(self.config.neighbours(self.name))
         got: dict[str, _Peer] = {}
         own = False
         for a in adverts:
             if a.name == self.name:
-                if a != self._advert:
+                if (a.digest != self._advert.digest()) if isinstance(a, AdvertRef) else (a != self._advert):
                     raise KeySubstitutionError(f"round {r}: my advert came back altered or outdated "
                                                "(keys of an earlier session?)")
                 own = True
                 continue
             if a.name not in nbrs:
                 continue
-            peer = self._peer(a)
+            if isinstance(a, AdvertRef):
+                known = self._peers.get(a.name)
+                if known is None or known.digest != a.digest:
+                    raise ProtocolError(f"round {r}: the advert of {a.name!r} is named by a digest this party "
+                                        "has not verified (it must be sent in full)")
+                peer = known
+            else:
+                peer = self._peer(a)
             if a.name in got and got[a.name].digest != peer.digest:
                 raise KeySubstitutionError(f"two different adverts for {a.name!r} in round {r}")
             got[a.name] = peer
@@ -676,7 +701,7 @@ class SecAggClient:
             raise ProtocolError(f"round {r}: {len(got)} neighbours with keys, threshold {self.config.threshold}")
         return got
 
-    def prepare_round(self, r: int, adverts: Iterable[KeyAdvert]) -> tuple[Envelope, ...]:
+    def prepare_round(self, r: int, adverts: Iterable[KeyAdvert | AdvertRef]) -> tuple[Envelope, ...]:
         """The round's keys before its input: A_u,r verified, a fresh b_u,r Shamir-shared into envelopes,
         the pairwise seeds k_uv,r. Called by :meth:`masked_input`; a repeat with the same adverts returns
         the same envelopes; a round forgotten is never prepared again."""
@@ -707,7 +732,7 @@ class SecAggClient:
         self._masked.add(r)
         return tuple(envs)
 
-    def masked_input(self, r: int, x_mod: np.ndarray, adverts: Iterable[KeyAdvert]) -> MaskedInput:
+    def masked_input(self, r: int, x_mod: np.ndarray, adverts: Iterable[KeyAdvert | AdvertRef]) -> MaskedInput:
         """Step 1: y = x + PRG(b_u,r) + signed pairwise masks with the listed neighbours, and the
         envelopes carrying the shares of the fresh b_u,r (a repeat returns the same message)."""
         x = np.asarray(x_mod)

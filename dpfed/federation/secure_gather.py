@@ -6,7 +6,9 @@ that did not answer, refused or failed is simply missing). For each algorithm ta
 steps (Bonawitz et al. 2017 with keys per job, :mod:`dpfed.federation.secagg`): ``secagg/advertise``
 only to parties whose advert it lacks (all in the first round; again after a party missed a round:
 it may have restarted with new keys), ``secagg/masked`` with each party's and its neighbours'
-adverts, ``secagg/unmask`` with the survivors' envelopes to the survivors needed to remove every mask
+adverts (in full the first time, then by digest: those a party answered a masked task with are in its
+verification cache, until its own advert changes, i.e. it restarted with new keys), ``secagg/unmask``
+with the survivors' envelopes to the survivors needed to remove every mask
 (:meth:`~dpfed.federation.secagg.SecAggServer.unmaskers`: those with a dropped neighbour and enough
 share holders of every survivor's self mask; the same request goes to the other survivors only if some
 of these do not answer). It tolerates dropouts
@@ -66,6 +68,9 @@ class SecureGather:
         self.bits: set[int] = set()
         self.roundings: set[str] = set()  # encodings of the real-valued releases (``auto`` resolved)
         self._adverts: dict[int, dict[str, sa.KeyAdvert]] = {}  # bits -> party -> its current advert
+        # bits -> party -> name -> digest of the advert of that name the party verified (it answered a masked
+        # task that carried it): sent by reference from then on
+        self._delivered: dict[int, dict[str, dict[str, bytes]]] = {}
 
     def _config(self, bits: int) -> sa.SecAggConfig:
         if bits not in self._configs:
@@ -121,7 +126,12 @@ class SecureGather:
         inner = {sw.INNER + k: np.asarray(v) for k, v in task.arrays.items()}
         masked_meta = {"kind": task.kind, "params": dict(task.params)}
         d = plan.length
-        tasks = {n: Task(job, r, sw.MASKED, masked_meta, {**inner, **sw.adverts_to_arrays(routed[n], roster, sw.ADV)})
+        delivered = self._delivered.setdefault(bits, {})
+        for n in routed:  # routed[n][0] is n's own advert: another one means new keys, an empty cache
+            if delivered.get(n, {}).get(n) != routed[n][0].digest():
+                delivered[n] = {}
+        tasks = {n: Task(job, r, sw.MASKED, masked_meta,
+                         {**inner, **sw.routed_adverts_to_arrays(routed[n], delivered[n], roster)})
                  for n in routed}
         if self.send_merged is not None:
             parts = list(self.send_merged(tasks, functools.partial(sw.merge_masked, bits=bits, length=d)))
@@ -130,6 +140,8 @@ class SecureGather:
         masked = self._masked(r, parts, bits, d)
         self.masked_parts.append(len(masked))
         answered = {w for m in masked for w in m.names}
+        for n in answered & set(tasks):  # it verified (or held) every advert of its task
+            delivered[n].update((a.name, a.digest()) for a in routed[n])
         for n in set(tasks) - answered:  # it may have restarted with new keys: ask for its advert again
             known.pop(n, None)
         try:

@@ -8,7 +8,8 @@ Ray). A round r is at most three tasks (:mod:`dpfed.federation.secure_wire`), ea
 1. ``secagg/advertise`` (only when the coordinator lacks this session's keys: the first round, after
    a restart or a dropout): the session's long-term X25519 keys, signed once per job
    (:class:`~dpfed.federation.secagg.SecAggClient`);
-2. ``secagg/masked``: check the neighbours' signed keys against the CA (once per advert), check the
+2. ``secagg/masked``: check the neighbours' signed keys against the CA (once per advert; an advert
+   verified before may come as a reference to its digest), check the
    algorithm's task against the charged plan, encode its per-record rows (clip, rotate, scale,
    conditional rounding, one exact discrete Gaussian share planned for P_min survivors and c
    colluders, mod 2^B: :mod:`dpfed.core.distributed_noise`), mask with a fresh self mask and the
@@ -181,7 +182,7 @@ class SecureParty:
         if step == 2:
             for old in self._clients.values():  # erase every other round's secrets
                 old.forget_except(r)
-            adverts = sw.adverts_from_arrays(task.arrays, self.spec.job_id, roster, prefix=sw.ADV)
+            adverts = sw.routed_adverts_from_arrays(task.arrays, self.spec.job_id, roster)
             inner = sw.inner_task(task)
             plan = self.half.secure_plan(self.spec, inner)
             if plan is None or plan.noise.bits != client.config.bits:

@@ -3,8 +3,9 @@
 A secure round r is at most three tasks of round r (kinds :data:`~dpfed.algorithms.secure_noise.SECURE_KINDS`;
 ``secagg/share`` is no longer used: the envelopes travel with the masked input): ``secagg/advertise``
 only for parties whose long-term advert the coordinator lacks, ``secagg/masked`` carrying the
-neighbours' adverts (arrays ``adv/*``) and answered with the masked vector and the envelopes
-(``env/*``), ``secagg/unmask`` carrying the envelopes addressed to the party. Params are JSON,
+neighbours' adverts (arrays ``adv/*``: those the party has not verified yet, in full; ``adr/*``: those it
+has, by digest, see :class:`~dpfed.federation.secagg.AdvertRef`) and answered with the masked vector and
+the envelopes (``env/*``), ``secagg/unmask`` carrying the envelopes addressed to the party. Params are JSON,
 arrays bytes as uint8 (variable-length blobs concatenated with an int64 length array), party names
 as int64 indices into the job's roster, and the masked vector packed in the smallest unsigned type
 that holds B bits (uint16 at B = 16: a quarter of float64). Both the party session and the
@@ -23,13 +24,16 @@ from dpfed.federation import secagg as sa
 
 __all__ = ["secagg_config", "pack_blobs", "unpack_blobs", "adverts_to_arrays", "adverts_from_arrays",
            "envelopes_to_arrays", "envelopes_from_arrays", "pack_masked", "unpack_masked", "masked_part",
-           "merge_masked", "masked_to_arrays", "ADV", "ENV",
+           "merge_masked", "masked_to_arrays", "ADV", "ADR", "ENV", "advert_refs_to_arrays",
+           "advert_refs_from_arrays", "routed_adverts_to_arrays", "routed_adverts_from_arrays",
            "unmask_to_arrays",
            "unmask_from_arrays", "inner_task", "step_of", "INNER", "ADVERTISE", "SHARE", "MASKED", "UNMASK"]
 
 ADVERTISE, SHARE, MASKED, UNMASK = SECURE_KINDS
 INNER = "task/"  # prefix of the algorithm task's arrays inside a masked-input task
 ADV = "adv/"  # prefix of the neighbours' adverts inside a masked-input task
+ADR = "adr/"  # prefix of the references to adverts the party verified before (name, SHA-256 digest)
+_DIGEST = 32
 ENV = "env/"  # prefix of envelopes inside a masked-input answer and an unmask task
 _ENV_KEYS = ("from", "to", "nonce", "nonce_len", "ct", "ct_len")
 
@@ -103,6 +107,48 @@ def adverts_from_arrays(arrays: Mapping[str, np.ndarray], job_id: str, roster: S
     if any(len(c) != len(who) for c in cols):
         raise ValueError("advert arrays disagree in length")
     return [sa.KeyAdvert(job_id, n, c, s, cert, sig) for n, c, s, cert, sig in zip(who, *cols, strict=True)]
+
+
+def advert_refs_to_arrays(refs: Sequence[sa.AdvertRef], roster: Sequence[str], prefix: str = ADR) -> Answer:
+    """References to verified adverts: roster indices and their 32-byte digests (n x 32 uint8)."""
+    if any(len(a.digest) != _DIGEST for a in refs):
+        raise ValueError("an advert digest is 32 bytes")
+    digests = np.frombuffer(b"".join(a.digest for a in refs), dtype=np.uint8).reshape(len(refs), _DIGEST)
+    return {prefix + "who": _index([a.name for a in refs], roster), prefix + "digest": digests.copy()}
+
+
+def advert_refs_from_arrays(arrays: Mapping[str, np.ndarray], roster: Sequence[str],
+                            prefix: str = ADR) -> list[sa.AdvertRef]:
+    who = _names(arrays[prefix + "who"], roster)
+    dig = np.asarray(arrays[prefix + "digest"])
+    if dig.dtype != np.uint8 or dig.shape != (len(who), _DIGEST):
+        raise ValueError(f"advert digests are {len(who)} x {_DIGEST} bytes")
+    return [sa.AdvertRef(n, dig[i].tobytes()) for i, n in enumerate(who)]
+
+
+def routed_adverts_to_arrays(adverts: Sequence[sa.KeyAdvert], delivered: Mapping[str, bytes],
+                             roster: Sequence[str]) -> Answer:
+    """The adverts of a masked-input task: by reference (``adr/*``) those whose digest ``delivered`` holds for
+    their name (the party verified them in an earlier round), the others in full (``adv/*``)."""
+    refs = [sa.AdvertRef(a.name, a.digest()) for a in adverts if delivered.get(a.name) == a.digest()]
+    full = [a for a in adverts if delivered.get(a.name) != a.digest()]
+    out: Answer = {}
+    if full:
+        out.update(adverts_to_arrays(full, roster, ADV))
+    if refs:
+        out.update(advert_refs_to_arrays(refs, roster, ADR))
+    return out
+
+
+def routed_adverts_from_arrays(arrays: Mapping[str, np.ndarray], job_id: str,
+                               roster: Sequence[str]) -> list[sa.KeyAdvert | sa.AdvertRef]:
+    """The adverts of a masked-input task, full ones and references (either part may be absent)."""
+    out: list[sa.KeyAdvert | sa.AdvertRef] = []
+    if ADV + "who" in arrays:
+        out.extend(adverts_from_arrays(arrays, job_id, roster, prefix=ADV))
+    if ADR + "who" in arrays:
+        out.extend(advert_refs_from_arrays(arrays, roster, prefix=ADR))
+    return out
 
 
 def envelopes_to_arrays(envs: Sequence[sa.Envelope], roster: Sequence[str], prefix: str = "") -> Answer:

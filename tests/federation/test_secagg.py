@@ -580,6 +580,70 @@ def test_server_recomputes_the_partys_masks_for_each_width(pki, bits):
         np.testing.assert_array_equal(total, _expected(xs, req.survivors, bits))
 
 
+def _lp(*fields: bytes) -> bytes:
+    return b"".join(len(f).to_bytes(4, "big") + f for f in fields)
+
+
+def _advert_sha256(a: sa.KeyAdvert) -> bytes:
+    """SHA-256 of an advert, written out here: the length-prefixed (tag, job, name, c_pk, s_pk) that is
+    signed, then the certificate and the signature, length-prefixed in turn."""
+    import hashlib
+
+    signed = _lp(b"dpfed-secagg-advert-v2", a.job_id.encode(), a.name.encode(), a.c_pk, a.s_pk)
+    return hashlib.sha256(_lp(signed, a.cert_pem, a.signature)).digest()
+
+
+def test_adverts_by_reference_resolve_only_to_adverts_the_party_verified(pki):
+    """Round 0 routes full adverts; rounds 1 and 2 name every advert by its SHA-256 (computed here): the
+    masked vectors are those of full adverts (same neighbours, no new agreement) and the sums are exact.
+    A reference the party cannot resolve to an advert it verified itself is refused before anything is
+    prepared: a digest of keys never sent in full (a coordinator substituting keys), the right digest
+    under another name, a neighbour's old advert after its new one was verified, and the party's own
+    advert under a wrong digest."""
+    cfg = sa.SecAggConfig("job-refs", _names(6), bits=32, min_survivors=3)
+    clients, server = _clients(pki, cfg), sa.SecAggServer(cfg)
+    xs = {n: np.arange(32, dtype=np.uint64) * np.uint64(i + 3) for i, n in enumerate(cfg.parties)}
+    _run_round(clients, server, 0, xs)
+    for r in (1, 2):
+        routed = server.route_adverts(r, [c.advert() for c in clients.values()])
+        refs = {n: [sa.AdvertRef(a.name, _advert_sha256(a)) for a in routed[n]] for n in routed}
+        assert all(ref.digest == a.digest() for n in routed for ref, a in zip(refs[n], routed[n], strict=True))
+        inputs = [clients[n].masked_input(r, xs[n], refs[n]) for n in cfg.parties]
+        assert all(set(clients[n]._rounds[r].peers) == set(cfg.neighbours(n)) for n in cfg.parties)
+        req = server.collect_masked(r, inputs)
+        total = server.unmask(r, [clients[n].unmask(r, req.survivors, req.dropped, server.envelopes_for(r, n))
+                                  for n in req.survivors])
+        np.testing.assert_array_equal(total, _expected(xs, cfg.parties, 32))
+
+    victim = clients["p000"]
+    routed = server.route_adverts(3, [c.advert() for c in clients.values()])
+    good = [sa.AdvertRef(a.name, _advert_sha256(a)) for a in routed["p000"]]
+    forged = _signed(cfg, "p001", *pki["certs"]["p001"], clients["p005"].advert())  # valid, never sent in full
+    new_p002 = sa.SecAggClient(cfg, "p002", *pki["certs"]["p002"], pki["ca"]).advert()
+    x = np.zeros(32, np.uint64)
+    bad_cases = {
+        "digest of keys never sent in full": (sa.ProtocolError, "p001", sa.AdvertRef("p001", _advert_sha256(forged))),
+        "p002's digest under the name p001": (sa.ProtocolError, "p001",
+                                              sa.AdvertRef("p001", _advert_sha256(clients["p002"].advert()))),
+        "a random digest": (sa.ProtocolError, "p003", sa.AdvertRef("p003", os.urandom(32))),
+        "my own advert, wrong digest": (sa.KeySubstitutionError, "p000",
+                                        sa.AdvertRef("p000", _advert_sha256(clients["p001"].advert()))),
+    }
+    for why, (err, who, bad) in bad_cases.items():
+        with pytest.raises(err):
+            victim.masked_input(3, x, [bad if g.name == who else g for g in good])
+            pytest.fail(why)
+        assert 3 not in victim._rounds and 3 not in victim._masked, why  # nothing prepared, nothing released
+    # p002 restarts: its new advert is verified in full (round 3); its old one can no longer be named
+    full = [new_p002 if a.name == "p002" else a for a in routed["p000"]]
+    victim.masked_input(3, x, full)
+    with pytest.raises(sa.ProtocolError):
+        victim.masked_input(4, x, [g for g in good])  # good still names p002's old advert
+    assert 4 not in victim._rounds and 4 not in victim._masked
+    refs4 = [sa.AdvertRef(a.name, _advert_sha256(a)) for a in full]
+    assert len(victim.masked_input(4, x, refs4).envelopes) == 5
+
+
 def test_a_restarted_party_is_dropped_until_its_new_keys_are_routed(pki):
     """p003 restarts after round 0 (a new client: new keys). Round 1 is announced with its old advert:
     it refuses (its own keys came back outdated), is dropped, and its neighbours' seeds with its old keys

@@ -33,6 +33,14 @@ def _spec(ds, job_id: str, **extra) -> JobSpec:
     return JobSpec(job_id, "glvq", params, ds.schema)
 
 
+def _advert_names(task, spec) -> tuple[set[str], set[str]]:
+    """(names of the adverts a masked task carries in full, names it carries by digest), read off its arrays."""
+    roster = list(spec.params["roster"])
+    full = {roster[i] for i in task.arrays.get(sw.ADV + "who", [])}
+    refs = {roster[i] for i in task.arrays.get(sw.ADR + "who", [])}
+    return full, refs
+
+
 class _Recorder:
     """A secure in-process run that records, per round, every party's encoded input x (what it gives
     SecAgg before masking), its masked answer, the survivors and the decoded aggregate."""
@@ -49,6 +57,7 @@ class _Recorder:
         self.quantized: dict[tuple[int, str], np.ndarray] = {}
         self.masked: dict[tuple[int, str], np.ndarray] = {}
         self.kinds: list[tuple[int, str, tuple[str, ...]]] = []
+        self.adverts_sent: dict[tuple[int, str], tuple[set[str], set[str]]] = {}  # (round, name) -> (full, by ref)
         self.rounds: list[tuple[object, tuple[str, ...], dict]] = []
         self._who: tuple[int, str] | None = None
 
@@ -58,6 +67,8 @@ class _Recorder:
         out = {}
         for name, task in tasks.items():
             self._who = (task.round, name)
+            if task.kind == sw.MASKED:
+                self.adverts_sent[(task.round, name)] = _advert_names(task, self.spec)
             try:
                 out[name] = self.sessions[name].answer(task)
             except TaskError:
@@ -203,6 +214,15 @@ def test_a_restarted_party_misses_one_round_then_re_advertises_and_is_counted(se
     assert all(len(survivors[r]) == P for r in survivors if r != 2)
     adverts = [(r, who) for r, k, who in rec.kinds if k == sw.ADVERTISE]
     assert adverts == [(0, tuple(sorted(rec.sessions))), (3, ("p4",))]
+    # keys travel in full once per party and advert, then by digest: p4 (new session, nothing verified)
+    # gets every advert in full in round 3, its neighbours get its new advert in full and the rest by digest
+    everyone = set(rec.sessions)
+    sent = rec.adverts_sent
+    assert all(sent[(0, n)] == (everyone, set()) for n in everyone)
+    assert all(sent[(r, n)] == (set(), everyone) for r in (1, 2) for n in everyone)
+    assert sent[(3, "p4")] == (everyone, set())
+    assert all(sent[(3, n)] == ({"p4"}, everyone - {"p4"}) for n in everyone - {"p4"})
+    assert all(sent[(r, n)] == (set(), everyone) for (r, n) in sent if r > 3)
     _assert_exact(rec)
 
 
