@@ -71,11 +71,26 @@ class SecureGather:
         # bits -> party -> name -> digest of the advert of that name the party verified (it answered a masked
         # task that carried it): sent by reference from then on
         self._delivered: dict[int, dict[str, dict[str, bytes]]] = {}
+        self._advert_cache: dict[tuple[int, str], tuple[tuple, dict[str, np.ndarray]]] = {}
 
     def _config(self, bits: int) -> sa.SecAggConfig:
         if bits not in self._configs:
             self._configs[bits] = sw.secagg_config(self.spec, bits)
         return self._configs[bits]
+
+    def _advert_arrays(self, bits: int, name: str, adverts: Sequence[sa.KeyAdvert],
+                       delivered: Mapping[str, bytes]) -> dict[str, np.ndarray]:
+        """The adverts of ``name``'s masked task as arrays (:func:`.secure_wire.routed_adverts_to_arrays`), reused
+        (read-only) while the same adverts go the same way: every round of a job without restarts."""
+        key = tuple((a.name, a.digest(), delivered.get(a.name) == a.digest()) for a in adverts)
+        hit = self._advert_cache.get((bits, name))
+        if hit is None or hit[0] != key:
+            arrays = sw.routed_adverts_to_arrays(adverts, delivered, self.params.roster)
+            for a in arrays.values():
+                a.setflags(write=False)
+            hit = (key, arrays)
+            self._advert_cache[(bits, name)] = hit
+        return hit[1]
 
     def _answers(self, tasks: Mapping[str, Task], parse: Callable[[str, Answer], Any]) -> dict[str, Any]:
         """Send, then parse every answer; an unparsable answer counts as a dropout."""
@@ -131,8 +146,7 @@ class SecureGather:
             if delivered.get(n, {}).get(n) != routed[n][0].digest():
                 delivered[n] = {}
         tasks = {n: Task(job, r, sw.MASKED, masked_meta,
-                         {**inner, **sw.routed_adverts_to_arrays(routed[n], delivered[n], roster)})
-                 for n in routed}
+                         {**inner, **self._advert_arrays(bits, n, routed[n], delivered[n])}) for n in routed}
         if self.send_merged is not None:
             parts = list(self.send_merged(tasks, functools.partial(sw.merge_masked, bits=bits, length=d)))
         else:

@@ -13,6 +13,7 @@ coordinator's :class:`SecureGather` use these.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 
@@ -84,8 +85,14 @@ def _names(idx: np.ndarray, roster: Sequence[str]) -> list[str]:
 
 
 def _index(names: Sequence[str], roster: Sequence[str]) -> np.ndarray:
-    pos = {n: i for i, n in enumerate(roster)}
+    pos = _positions(tuple(roster))
     return np.array([pos[n] for n in names], dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=16)
+def _positions(roster: tuple[str, ...]) -> dict[str, int]:
+    """name -> index in the roster (a job's roster is fixed: built once, not per message)."""
+    return {n: i for i, n in enumerate(roster)}
 
 
 # ------------------------------------------------------------------------------------ messages
