@@ -40,8 +40,7 @@ def _party_host(configs: list[str], daemon_class: type | None = None, tick=None)
     from party.daemon import PartyDaemon
 
     cls = daemon_class or PartyDaemon
-    compute = threading.Lock()  # one answer computed at a time: separate machines would not share a GIL
-    daemons = [cls.from_config(PartyConfig.load(c), compute_lock=compute) for c in configs]
+    daemons = [cls.from_config(PartyConfig.load(c)) for c in configs]
     threads = [threading.Thread(target=d.run, daemon=True) for d in daemons]
     for t in threads:
         t.start()

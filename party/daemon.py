@@ -22,8 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from contextlib import AbstractContextManager
-from typing import Any, Iterator
+from typing import Iterator
 
 import grpc
 import numpy as np
@@ -58,17 +57,13 @@ class _Refused(Exception):
 class PartyDaemon:
     """One party. ``run()`` blocks until ``stop()``; data must already be validated."""
 
-    def __init__(self, config: PartyConfig, X: np.ndarray, y: np.ndarray | None, *,
-                 compute_lock: AbstractContextManager[Any] | None = None) -> None:
-        """``compute_lock``: shared by daemons hosted in one process (simulations, benchmarks) so that they
-        compute one answer at a time (:attr:`~dpfed.federation.session.PartyContext.compute_lock`)."""
+    def __init__(self, config: PartyConfig, X: np.ndarray, y: np.ndarray | None) -> None:
         self.config = config
         self.X, self.y = X, y
         self.ledger = BudgetLedger(config.ledger, epsilon_limit=config.epsilon_limit,
                                    delta_limit=config.delta_limit, accountant=config.accountant)
         self.party = PartyContext(config.name, X, y, config.schema, self.ledger, plugins=config.plugins,
-                                  secure_aggregation=config.simulation, seed=config.seed, secagg=_secagg(config),
-                                  compute_lock=compute_lock)
+                                  secure_aggregation=config.simulation, seed=config.seed, secagg=_secagg(config))
         self._jobs: dict[str, PartySession] = {}
         self._stop = threading.Event()
         self._channel: grpc.Channel | None = None
@@ -77,11 +72,10 @@ class PartyDaemon:
         self.connected = threading.Event()
 
     @classmethod
-    def from_config(cls, config: PartyConfig, *,
-                    compute_lock: AbstractContextManager[Any] | None = None) -> "PartyDaemon":
+    def from_config(cls, config: PartyConfig) -> "PartyDaemon":
         X, y = config.load_data()
         log.info("party %s: %d records, %d features validated against the schema", config.name, *X.shape)
-        return cls(config, X, y, compute_lock=compute_lock)
+        return cls(config, X, y)
 
     # ------------------------------------------------------------------ connection
     def _open_channel(self, address: str | None = None) -> grpc.Channel:

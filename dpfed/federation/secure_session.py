@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +100,6 @@ class SecureParty:
     rng: SecureRNG
     durable: Callable[[int, str, Answer], Answer]  # records round r's masked input before it leaves
     dropout_rng: SecureRNG | None = None
-    computing: Callable[[], AbstractContextManager[Any]] = nullcontext  # the party's compute lock (not the ledger)
     _clients: dict[int, sa.SecAggClient] = field(default_factory=dict)
     _record: tuple[tuple[int, int], str, Answer] | None = None   # ((round, step), task digest, answer)
     _drops: dict[int, int] = field(default_factory=dict)         # round -> first step it misses (4: none)
@@ -151,8 +149,7 @@ class SecureParty:
         if step >= self._drop_step(task.round):
             raise TaskRejected(f"simulated dropout: {self.name} misses round {task.round} from {task.kind}")
         try:
-            with self.computing():
-                out = self._step(task, step, X, y)
+            out = self._step(task, step, X, y)
             if step == 2:  # the release: durable (one masked input per round, ever) before it leaves
                 out = self.durable(int(task.round), digest, out)
         except (TaskRejected, sa.SecAggError) as exc:

@@ -31,7 +31,6 @@ import hashlib
 import json
 import logging
 import struct
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -72,15 +71,6 @@ class PartyContext:
     secure_aggregation: bool = False   # SIMULATIONS: accept distributed noise without secure aggregation
     seed: int | str | None = None      # SIMULATIONS ONLY: reproducible noise per (seed, job, party)
     secagg: SecAggParty | None = None  # takes part in secure aggregation (secure_session.py)
-    #: parties hosted in one interpreter (simulations, a benchmark's party hosts) may share one lock: their
-    #: answers are then computed one at a time (never the ledger's durable write). Their Python work is
-    #: serialised by the GIL anyway; interleaved, every GIL release inside NumPy or a cipher call becomes a
-    #: thread switch (2.4x the CPU of a secure answer with 25 daemons per process on 2 cores).
-    compute_lock: AbstractContextManager[Any] | None = None
-
-    def computing(self) -> AbstractContextManager[Any]:
-        """The context in which this party computes an answer: ``compute_lock``, or nothing."""
-        return self.compute_lock if self.compute_lock is not None else nullcontext()
 
     def rng_for(self, job_id: str, resume_round: int = 0) -> SecureRNG:
         """The job's noise generator; a seeded one resumed at round r > 0 gets its own stream (a
@@ -228,8 +218,7 @@ def decide(party: PartyContext, offer: JobSpec | str) -> Decision:
     session = PartySession(party, spec, algo, half, event, party.rng_for(job_id, resume_round))
     if party.secagg is not None and is_secure(spec.params):
         session.secure = SecureParty(party.name, spec, half, party.secagg, session.rng, session.durable,
-                                     None if party.seed is None else party.rng_for(f"{job_id}:dropout"),
-                                     computing=party.computing)
+                                     None if party.seed is None else party.rng_for(f"{job_id}:dropout"))
     return Decision(True, job_id, event=event, epsilon_job=party.ledger.spent(job_id), epsilon_total=total,
                     session=session, resumed=resumed)
 
@@ -278,13 +267,6 @@ class PartySession:
             if last.task_digest != digest:
                 raise TaskError(f"task rejected: round {task.round} was already answered for a different task")
             return self._stored(self.party.ledger.last_answer(job))  # the same bytes: no new draw, no new spend
-        with self.party.computing():
-            arrays = self._compute(task)
-        return self.durable(int(task.round), digest, arrays)
-
-    def _compute(self, task: Task) -> Answer:
-        """The plain answer's arrays (checked, computed, finite), before the durable write."""
-        job = self.spec.job_id
         try:
             self.half.check_task(self.spec, task)
             planned = self.half.task_event(self.spec, task)
@@ -305,7 +287,7 @@ class PartySession:
         except TaskRejected as exc:
             raise TaskError(str(exc)) from None
         _check_finite(arrays)
-        return arrays
+        return self.durable(int(task.round), digest, arrays)
 
     def durable(self, round_: int, digest: str, arrays: Answer) -> Answer:
         """Record the answer to round ``round_`` durably before its bytes leave; return what to send

@@ -14,7 +14,7 @@ import pytest
 from scipy.stats import chi2
 
 from dpfed.algorithms import get_algorithm
-from dpfed.algorithms.contract import Aggregate, JobSpec
+from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.driver import drive
 from dpfed.core import distributed_noise as dn
 from dpfed.data.datasets import kfold_indices, split_parties
@@ -414,60 +414,3 @@ def test_a_job_with_the_default_encoding_reports_the_one_it_used(segmentation):
         mp.undo()
     assert rec.gather.summary()["secure_rounding"] == "record"
     _assert_exact(rec)
-
-
-class _CountingLock:
-    """A lock that counts how often it was taken and says whether it is held (one thread here)."""
-
-    def __init__(self) -> None:
-        self.held, self.taken = False, 0
-
-    def __enter__(self):
-        assert not self.held, "two answers computed at once under one compute lock"
-        self.held, self.taken = True, self.taken + 1
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.held = False
-
-
-@pytest.mark.parametrize("secure", [True, False])
-def test_a_shared_compute_lock_covers_every_answer_but_never_the_durable_write(segmentation, monkeypatch, secure):
-    """Parties hosted in one process may share a compute lock: each answer is computed under it (taken once
-    per answer that computes something), and the ledger's durable write, which waits for the disk, happens
-    outside it. Plain and secure jobs, same sums as without the lock (secure: exact)."""
-    from dpfed.core.ledger import BudgetLedger
-    from dpfed.federation.session import answer_hosted
-
-    lock = _CountingLock()
-    writes: list[bool] = []
-    real_record = BudgetLedger.record_answer
-
-    def record_answer(self, *a, **kw):
-        writes.append(lock.held)
-        return real_record(self, *a, **kw)
-
-    monkeypatch.setattr(BudgetLedger, "record_answer", record_answer)
-    if secure:
-        rec = _Recorder(segmentation, "secure-locked", dropout=0.0)
-        for party in rec.parties:
-            party.compute_lock = lock
-        rec.run(monkeypatch)
-        answers = sum(1 for _, kind, who in rec.kinds for _ in who if kind != sw.ADVERTISE)
-        _assert_exact(rec)
-    else:
-        tr, _ = next(iter(kfold_indices(len(segmentation.X), 5, seed=0)))
-        data = split_parties(segmentation.X[tr], segmentation.y[tr], 4, "iid", np.random.default_rng(0))
-        spec = JobSpec("plain-locked", "glvq", {"epsilon": 1.0, "delta": 1e-5, "epochs": 0.2, "sampling_rate": 0.05},
-                       segmentation.schema)
-        parties = make_parties(spec, data, seed=1)
-        for party in parties:
-            party.compute_lock = lock
-        sessions = open_sessions(spec, parties)
-        algo = get_algorithm("glvq")
-        rounds = drive(algo.coordinator(spec, [p.name for p in parties]),
-                       lambda t: [Aggregate(a, (s.party.name,)) for s, a in zip(sessions, answer_hosted(sessions, t),
-                                                                                 strict=True)], algo.combine)
-        answers = rounds * len(parties)
-    assert writes and not any(writes), "a durable write ran under the compute lock"
-    assert not lock.held and lock.taken >= answers > 0
