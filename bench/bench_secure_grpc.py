@@ -273,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default=",".join(MODES),
                     help="comma list of: plain (local noise), record / party (secure, each secure_rounding); plain "
                          "is always run (the ratios' denominator)")
+    ap.add_argument("--hosts", default="",
+                    help="party host processes per cell, e.g. many:100 (default: big:2, many:4; P / hosts daemons "
+                         "share each host's interpreter as threads)")
     ap.add_argument("--party-host", nargs="+", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.party_host:
@@ -282,6 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.parties:
         for k, v in CELLS.items():
             CELLS[k] = (args.parties, *v[1:4], min(v[4], args.parties))
+    for item in filter(None, args.hosts.split(",")):
+        cell, _, count = item.partition(":")
+        if cell not in CELLS or not count.isdigit() or not 1 <= int(count) <= CELLS[cell][0]:
+            ap.error(f"--hosts {item!r}: expected CELL:N with CELL one of {', '.join(CELLS)} and 1 <= N <= parties")
+        CELLS[cell] = (*CELLS[cell][:4], int(count))
     rows = []
     for cell in args.cells.split(","):
         rounds = args.rounds_big if cell == "big" else args.rounds_many
