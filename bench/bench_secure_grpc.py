@@ -70,13 +70,15 @@ MNIST_INIT = {"init": "gaussian", "init_center": "lower", "init_clip": 16.0}  # 
 
 def _party_host(counts_file: str, configs: list[str]) -> int:
     """Run one counting PartyDaemon per config in threads until SIGTERM (bench_coordinator_ray's host);
-    every 0.2 s write the protobuf bytes each party uploaded per job to ``counts_file`` (atomically)."""
+    every 0.2 s, if they changed, write the protobuf bytes each party uploaded per job to ``counts_file``
+    (atomically)."""
     from bench_coordinator_ray import _party_host as run_host
 
     from party.daemon import PartyDaemon
 
     sent: dict[str, dict[str, int]] = {}
     lock = threading.Lock()
+    version = [0, -1]  # [changes counted, changes written]
 
     class CountingDaemon(PartyDaemon):
         def _result_parts(self, ids, answer, error):  # type: ignore[no-untyped-def]
@@ -84,11 +86,14 @@ def _party_host(counts_file: str, configs: list[str]) -> int:
                 with lock:
                     per = sent.setdefault(self.config.name, {})
                     per[ids["job_id"]] = per.get(ids["job_id"], 0) + part.ByteSize()
+                    version[0] += 1
                 yield part
 
     def dump() -> None:
         with lock:
-            text = json.dumps(sent)
+            if version[0] == version[1]:
+                return
+            text, version[1] = json.dumps(sent), version[0]
         Path(counts_file + ".tmp").write_text(text)
         os.replace(counts_file + ".tmp", counts_file)
 
