@@ -1,7 +1,7 @@
 """A secure round against a plain round as a deployment sees it: real gRPC, mutual TLS, party daemons.
 
     python bench/bench_secure_grpc.py [--repeats 3] [--cells big,many] [--rounds-big 2] [--rounds-many 8]
-                                      [--modes plain,record,party] [--hosts many:100]
+                                      [--modes plain,record,party] [--hosts many:50]
 
 The job is a real algorithm's, not a vector sum: DP-SGD on MNIST (70,000 records split i.i.d. over
 the parties, Poisson sampling rate q = 0.01, so ~700 sampled records per round over all parties),
@@ -28,8 +28,9 @@ for memory); ``MALLOC_ARENA_MAX=2 ... --hosts many:50`` (two daemons per process
 Daemons sharing a host's interpreter pay for it: each GIL release inside NumPy or a cipher call hands
 the GIL to another daemon's thread. In process (100 parties, session 10), two threads answering a
 secure round's tasks spent 1.7-2.7x the CPU of one thread answering them in turn, 25 threads 3-4x; a
-plain round's tasks 1.3x and 3.5x. So few host processes inflate the secure round most. Seconds per round are measured at the operator
-(submit to done, streamed) from jobs of R and 2R DP-SGD steps on the same connected parties:
+plain round's tasks 1.3x and 3.5x. So few host processes inflate the secure round most.
+
+Seconds per round are measured at the operator (submit to done, streamed) from jobs of R and 2R DP-SGD steps on the same connected parties:
 (t(2R) - t(R)) / R, so start-up, offer, charge, initialisation and the model download cancel. The noise
 calibration depends on the number of rounds and is cached per process (coordinator and party hosts),
 so one untimed warm-up pair per mode runs first: otherwise t(2R) - t(R) would include a calibration. Both modes
