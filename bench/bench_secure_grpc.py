@@ -26,9 +26,11 @@ real, in this process, behind mutual TLS on loopback. ``--hosts many:100`` runs 
 process, as a deployment does, but needs more than this machine's 24 GB (the coordinator was killed
 for memory); ``MALLOC_ARENA_MAX=2 ... --hosts many:50`` (two daemons per process) fits in ~19 GB.
 Daemons sharing a host's interpreter pay for it: each GIL release inside NumPy or a cipher call hands
-the GIL to another daemon's thread. In process (100 parties, session 10), two threads answering a
-secure round's tasks spent 1.7-2.7x the CPU of one thread answering them in turn, 25 threads 3-4x; a
-plain round's tasks 1.3x and 3.5x. So few host processes inflate the secure round most.
+the GIL to another daemon's thread. In process (bench_cohosted.py, 100 parties), 25 threads answering
+the tasks spent 3-4x the CPU of one thread answering them in turn, in both modes: about +6 ms per
+party and round for a secure answer against +3 ms for a plain one. Over gRPC, 4 hosts of 25 daemons
+measured 2.2x and 50 hosts of 2 1.5x on the same day (session 10); a second 50-host run gave 2.0x
+(session 11; the eight repeats pooled 1.6x, inside the job 1.7x).
 
 Seconds per round are measured at the operator (submit to done, streamed) from jobs of R and 2R DP-SGD steps on the same connected parties:
 (t(2R) - t(R)) / R, so start-up, offer, charge, initialisation and the model download cancel. The noise
