@@ -32,11 +32,11 @@ party and round for a secure answer against +3 ms for a plain one. Over gRPC, 4 
 measured 2.2x and 50 hosts of 2 1.5x on the same day (session 10); a second 50-host run gave 2.0x
 (session 11; the eight repeats pooled 1.6x, inside the job 1.7x).
 
-Seconds per round are measured at the operator (submit to done, streamed) from jobs of R and 2R DP-SGD steps on the same connected parties:
-(t(2R) - t(R)) / R, so start-up, offer, charge, initialisation and the model download cancel. The noise
-calibration depends on the number of rounds and is cached per process (coordinator and party hosts),
-so one untimed warm-up pair per mode runs first: otherwise t(2R) - t(R) would include a calibration. Both modes
-run in one run, alternating (the order of the modes reversed every other repeat), ``--repeats`` times;
+Seconds per round are measured at the operator (submit to done, streamed) from jobs of R and 2R
+DP-SGD steps on the same connected parties: (t(2R) - t(R)) / R, so start-up, offer, charge,
+initialisation and the model download cancel. The noise calibration depends on the number of rounds
+and is cached per process (coordinator and party hosts), so one untimed warm-up pair per mode runs
+first: otherwise t(2R) - t(R) would include a calibration. Both modes run in one run, alternating (the order of the modes reversed every other repeat), ``--repeats`` times;
 the table gives medians (and the range). Upload per party and round = protobuf bytes of the party's
 answers (ResultPart messages, counted in the host processes; TLS/HTTP2 framing excluded),
 (bytes(2R) - bytes(R)) / R / P.
