@@ -15,8 +15,6 @@ runs in deployment.
 """
 from __future__ import annotations
 
-from dpfed.core.errors import DpfedError
-
 import argparse
 import json
 from abc import ABC, abstractmethod
@@ -26,21 +24,19 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 from dp_accounting import DpEvent
 
+from dpfed.core.errors import TaskRejected
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import Schema
 
 if TYPE_CHECKING:
-    from dpfed.algorithms.secure_noise import SecurePlan
+    from dpfed.algorithms.params import ParamTable
+    from dpfed.algorithms.secure_plan import SecurePlan
 
 __all__ = ["JobSpec", "Task", "Answer", "Aggregate", "Released", "TaskRejected", "PartyAlgorithm",
            "CoordinatorAlgorithm", "Algorithm", "sum_combine", "stack_combine", "is_builtin", "released_arrays",
            "jsonable"]
 
 Answer = dict[str, np.ndarray]
-
-
-class TaskRejected(DpfedError, ValueError):
-    """A party refuses a job or task: outside the charged plan, wrong schema, bad parameters."""
 
 
 @dataclass(frozen=True)
@@ -302,3 +298,6 @@ class Algorithm:
     needs_labels: bool = True
     #: How answers merge before ``absorb`` (associative: it may run in a tree or under secure aggregation).
     combine: Callable[[Task, Sequence[Aggregate]], Aggregate] = sum_combine
+    #: The job parameters' table (:func:`dpfed.algorithms.params.table_for`); None: the ``PARAMS`` of the
+    #: party half's module (or a package above it), else the common epsilon/delta table.
+    params: "ParamTable | None" = None

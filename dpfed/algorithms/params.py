@@ -17,12 +17,12 @@ import argparse
 import importlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from dpfed.algorithms.contract import TaskRejected
+from dpfed.core.errors import TaskRejected
 
 __all__ = ["Param", "ParamTable", "validate", "table_for", "arg_type", "EPSILON", "delta_param", "noise_param",
-           "EPSILON_MIN", "EPSILON_MAX", "MEMORY_CAP_BYTES"]
+           "EPSILON_MIN", "EPSILON_MAX", "MEMORY_CAP_BYTES", "AlgorithmEntry"]
 
 #: Smallest and largest accepted job epsilon: below 1e-3 nothing useful is learnt and the accountants'
 #: grids dominate the spend; above 100 calibration leaves the range where PLD is cheap and exact.
@@ -198,32 +198,41 @@ def noise_param(help: str = "local: every party adds the full noise (private aga
 _COMMON = ParamTable((EPSILON, delta_param(0.0)), open=True)
 
 
-def table_for(algorithm: Any) -> ParamTable:
-    """The parameter table of ``algorithm`` (a registry name or an :class:`Algorithm` entry); a plugin
-    module without ``PARAMS`` gets the common epsilon/delta table."""
-    if isinstance(algorithm, str):
-        from dpfed.algorithms.registry import get_algorithm
+class AlgorithmEntry(Protocol):
+    """What :func:`table_for` reads of a :class:`dpfed.algorithms.contract.Algorithm` (named structurally so
+    that this module, below the contract, imports nothing of it)."""
 
-        name = algorithm
-        module = importlib.import_module(get_algorithm(name).party.__module__)
-    else:
-        name = algorithm.name
-        module = importlib.import_module(algorithm.party.__module__)
-    table = getattr(module, "PARAMS", None)
-    if isinstance(table, Mapping):
-        table = table.get(name)
-    return table if isinstance(table, ParamTable) else _COMMON
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def party(self) -> Callable[[], Any]: ...
+
+    @property
+    def params(self) -> "ParamTable | None": ...
 
 
-def validate(algorithm: Any, params: Mapping[str, Any], schema: Any = None) -> dict[str, Any]:
-    """``params`` checked against ``algorithm``'s table (a registry name or an ``Algorithm`` entry):
-    see :meth:`ParamTable.validate`. Raises :class:`TaskRejected` with one line naming the parameter
-    and its range."""
-    try:
-        table = table_for(algorithm)
-    except ValueError as exc:
-        raise TaskRejected(str(exc)) from None
-    return table.validate(params, schema, algorithm if isinstance(algorithm, str) else algorithm.name)
+def table_for(algorithm: AlgorithmEntry) -> ParamTable:
+    """The parameter table of ``algorithm`` (an :class:`~dpfed.algorithms.contract.Algorithm` entry, e.g.
+    from :func:`dpfed.algorithms.registry.get_algorithm`): its ``params``, else the ``PARAMS`` of the module
+    defining its party half or of its package (a plugin's), else the common epsilon/delta table."""
+    if algorithm.params is not None:
+        return algorithm.params
+    module = algorithm.party.__module__
+    for name in (module, module.rpartition(".")[0]):
+        table = getattr(importlib.import_module(name), "PARAMS", None) if name else None
+        if isinstance(table, Mapping):
+            table = table.get(algorithm.name)
+        if isinstance(table, ParamTable):
+            return table
+    return _COMMON
+
+
+def validate(algorithm: AlgorithmEntry, params: Mapping[str, Any], schema: Any = None) -> dict[str, Any]:
+    """``params`` checked against ``algorithm``'s table (an ``Algorithm`` entry): see
+    :meth:`ParamTable.validate`. Raises :class:`TaskRejected` with one line naming the parameter and
+    its range."""
+    return table_for(algorithm).validate(params, schema, algorithm.name)
 
 
 def arg_type(table: ParamTable, name: str) -> Callable[[str], Any]:

@@ -34,10 +34,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-import numpy as np
 from dp_accounting import DpEvent
 
 from dpfed.algorithms.params import Param
+from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.core import accounting
 from dpfed.core import distributed_noise as dn
 from dpfed.core.memo import shared_cache
@@ -149,42 +149,6 @@ def secure_params(params: Mapping[str, Any]) -> SecureParams:
 def rotation_seed(job_id: str, round_: int) -> bytes:
     """The public seed of round ``round_``'s Hadamard rotation (fixed before any data are seen)."""
     return hashlib.sha256(f"dpfed-secure-rotation\x00{job_id}\x00{int(round_)}".encode()).digest()
-
-
-@dataclass(frozen=True)
-class SecurePlan:
-    """One round's secure release: the noise plan, the layout of the flat vector, the rotation seed."""
-
-    noise: dn.DistributedNoisePlan
-    layout: tuple[tuple[str, tuple[int, ...]], ...]
-    seed: bytes
-    #: True: the rows are already integer vectors with exact sensitivities (no clip, rotation, scale or
-    #: rounding; ``noise.dimension`` coordinates, no padding) and the decoded sum is int64.
-    integer: bool = False
-
-    @property
-    def dimension(self) -> int:
-        return int(sum(math.prod(s) for _, s in self.layout))
-
-    @property
-    def length(self) -> int:
-        """Coordinates of the masked vector: the dimension (the rotation keeps it; no padding)."""
-        return self.noise.dimension
-
-    def decode(self, total: np.ndarray) -> dict[str, np.ndarray]:
-        """The survivors' sum mod 2^B as the named arrays (KLS21 Alg. 2, or centring only for integers)."""
-        if self.integer:
-            return self.split(dn.decode_integers(total, self.noise.bits))
-        return self.split(dn.decode(total, self.noise, seed=self.seed))
-
-    def split(self, flat: np.ndarray) -> dict[str, np.ndarray]:
-        """The decoded flat vector as the named arrays of :attr:`layout`."""
-        out, at = {}, 0
-        for name, shape in self.layout:
-            k = math.prod(shape)
-            out[name] = np.asarray(flat[at:at + k], dtype=np.int64 if self.integer else np.float64).reshape(shape)
-            at += k
-        return out
 
 
 def _event(sigma: float, honest: int, clip: float, gamma: float, dim: int, beta: float,

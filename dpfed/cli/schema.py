@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["add_commands", "template"]
+__all__ = ["add_commands", "template", "parse_bounds"]
 
 _WARNING = ("bounds marked 'data-derived' were computed from the records: a schema is PUBLIC, and publishing "
             "them reveals the most extreme records; replace them with bounds known without looking at the data "
@@ -120,13 +121,23 @@ def template(path: str, *, label: str | None = None, bounds: tuple[float, float]
     return out
 
 
-def _cmd_template(args: argparse.Namespace) -> int:
-    from dpfed.cli.simulate import _bounds
+def parse_bounds(text: str) -> tuple[float, float]:
+    """``LOW:HIGH`` as two finite numbers with LOW < HIGH (``--bounds``; argparse type)."""
+    lo, sep, hi = text.partition(":")
+    try:
+        low, high = float(lo), float(hi)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LOW:HIGH (two numbers), got {text!r}") from None
+    if not sep or not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise argparse.ArgumentTypeError(f"expected LOW:HIGH with finite LOW < HIGH, got {text!r}")
+    return low, high
 
+
+def _cmd_template(args: argparse.Namespace) -> int:
     bounds = None
     if args.bounds is not None:
         try:
-            bounds = _bounds(args.bounds)
+            bounds = parse_bounds(args.bounds)
         except argparse.ArgumentTypeError as exc:
             print(f"dpfed schema template: error: --bounds: {exc}", file=sys.stderr)
             return 2

@@ -23,6 +23,7 @@ from dpfed.data.datasets import Dataset, kfold_indices, load_dataset, split_part
 from dpfed.data.schema import Schema
 from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.params import validate
+from dpfed.cli.schema import parse_bounds
 
 __all__ = ["add_commands", "run_simulation"]
 
@@ -48,7 +49,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--schema", default=None, metavar="FILE",
                    help="the data's public schema (JSON; README 'Bring your own data'); default: the .npz's own, "
                         "DATASET.schema.json beside the data, or the bundled one")
-    p.add_argument("--bounds", type=_bounds, default=None, metavar="LOW:HIGH",
+    p.add_argument("--bounds", type=parse_bounds, default=None, metavar="LOW:HIGH",
                    help="public bounds for every numeric column (instead of a schema file)")
     p.add_argument("--test-fraction", type=float, default=None, metavar="F",
                    help="for a file without a test split: hold out this public random fraction (default 1/3)")
@@ -86,17 +87,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "is party for a DP-SGD release of >= 65,536 coordinates, else record")
     add_algorithm_arguments(p)
     p.set_defaults(func=_main)
-
-
-def _bounds(text: str) -> tuple[float, float]:
-    lo, sep, hi = text.partition(":")
-    try:
-        low, high = float(lo), float(hi)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected LOW:HIGH (two numbers), got {text!r}") from None
-    if not sep or not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise argparse.ArgumentTypeError(f"expected LOW:HIGH with finite LOW < HIGH, got {text!r}")
-    return low, high
 
 
 class _Progress:

@@ -59,17 +59,17 @@ BAD = [
 def test_bad_parameters_are_refused_in_one_line_naming_them(algorithm, params, name):
     schema = WIDE if name == "GiB" else SCHEMA
     with pytest.raises(TaskRejected) as err:
-        validate(algorithm, params, schema)
+        validate(get_algorithm(algorithm), params, schema)
     msg = str(err.value)
     assert "\n" not in msg and name in msg, msg
 
 
 def test_defaults_filled_and_types_normalised():
-    out = validate("kmeans", {"epsilon": 1, "lloyd_iters": 7.0}, SCHEMA)
+    out = validate(get_algorithm("kmeans"), {"epsilon": 1, "lloyd_iters": 7.0}, SCHEMA)
     assert out["lloyd_iters"] == 7 and isinstance(out["lloyd_iters"], int)
     assert out["epsilon"] == 1.0 and isinstance(out["epsilon"], float)
     assert out["k"] == 5 and out["delta"] == 1e-6
-    assert validate("naive-bayes", {"epsilon": 1, "delta": 0})["delta"] == 0.0
+    assert validate(get_algorithm("naive-bayes"), {"epsilon": 1, "delta": 0})["delta"] == 0.0
 
 
 def test_every_registered_algorithm_declares_a_table_with_epsilon_and_delta():
@@ -90,7 +90,7 @@ def test_plans_at_the_smallest_epsilon_stay_within_it(algorithm, params):
     """Issue 13: at tiny epsilon the naive Bayes plan asked for more than the job's epsilon."""
     from dpfed.core import accounting
 
-    p = validate(algorithm, params, SCHEMA)
+    p = validate(get_algorithm(algorithm), params, SCHEMA)
     spec = JobSpec("j", algorithm, p, SCHEMA)
     event = get_algorithm(algorithm).party().job_event(spec)
     assert accounting.epsilon(event, spec.delta) <= spec.epsilon

@@ -325,10 +325,10 @@ def test_a_round_below_pmin_reveals_nothing():
 
 def test_refusals_name_the_reason():
     with pytest.raises(TaskRejected, match="only under secure aggregation"):
-        validate("kmeans", {"epsilon": 1.0, "noise": "distributed"}, SCHEMA)
+        validate(get_algorithm("kmeans"), {"epsilon": 1.0, "noise": "distributed"}, SCHEMA)
     with pytest.raises(TaskRejected, match="center of attention"):
-        validate("kmeans", _params("sample-aggregate", 2, aggregator="coa"), SCHEMA)
-    assert validate("kmeans", {"epsilon": 1.0}, SCHEMA)["noise"] == "local"
+        validate(get_algorithm("kmeans"), _params("sample-aggregate", 2, aggregator="coa"), SCHEMA)
+    assert validate(get_algorithm("kmeans"), {"epsilon": 1.0}, SCHEMA)["noise"] == "local"
     spec = secure_spec(JobSpec("km-ref", "kmeans", _params("sample-aggregate", 2), SCHEMA),
                        [f"p{i}" for i in range(P)], 6000)
     half = get_algorithm("kmeans").party()

@@ -151,7 +151,7 @@ def test_one_record_moves_the_vector_within_the_stated_sensitivity(adult):
 
 def test_distributed_noise_needs_secure_aggregation_and_gaussian_shares(adult):
     with pytest.raises(TaskRejected, match="only under secure aggregation"):
-        validate("naive-bayes", {"epsilon": 1.0, "noise": "distributed"}, adult.schema)
+        validate(get_algorithm("naive-bayes"), {"epsilon": 1.0, "noise": "distributed"}, adult.schema)
     with pytest.raises(TaskRejected, match="discrete Gaussian shares"):
-        validate("naive-bayes", {**_params(), "mechanism": "laplace"}, adult.schema)
-    assert validate("naive-bayes", {"epsilon": 1.0}, adult.schema)["noise"] == "local"
+        validate(get_algorithm("naive-bayes"), {**_params(), "mechanism": "laplace"}, adult.schema)
+    assert validate(get_algorithm("naive-bayes"), {"epsilon": 1.0}, adult.schema)["noise"] == "local"

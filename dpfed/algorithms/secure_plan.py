@@ -1,0 +1,53 @@
+"""One round's public plan of a release under secure aggregation (:class:`SecurePlan`).
+
+Both sides derive it from public parameters alone (:mod:`dpfed.algorithms.secure_noise` calibrates the
+noise); the party encodes its rows in :attr:`SecurePlan.layout`, the coordinator decodes the survivors'
+sum with :meth:`SecurePlan.decode` (Kairouz, Liu & Steinke ICML 2021, Alg. 2). Kept apart from the
+calibration so that the contract can name it without importing the parameter tables.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpfed.core import distributed_noise as dn
+
+__all__ = ["SecurePlan"]
+
+
+@dataclass(frozen=True)
+class SecurePlan:
+    """One round's secure release: the noise plan, the layout of the flat vector, the rotation seed."""
+
+    noise: dn.DistributedNoisePlan
+    layout: tuple[tuple[str, tuple[int, ...]], ...]
+    seed: bytes
+    #: True: the rows are already integer vectors with exact sensitivities (no clip, rotation, scale or
+    #: rounding; ``noise.dimension`` coordinates, no padding) and the decoded sum is int64.
+    integer: bool = False
+
+    @property
+    def dimension(self) -> int:
+        return int(sum(math.prod(s) for _, s in self.layout))
+
+    @property
+    def length(self) -> int:
+        """Coordinates of the masked vector: the dimension (the rotation keeps it; no padding)."""
+        return self.noise.dimension
+
+    def decode(self, total: np.ndarray) -> dict[str, np.ndarray]:
+        """The survivors' sum mod 2^B as the named arrays (KLS21 Alg. 2, or centring only for integers)."""
+        if self.integer:
+            return self.split(dn.decode_integers(total, self.noise.bits))
+        return self.split(dn.decode(total, self.noise, seed=self.seed))
+
+    def split(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        """The decoded flat vector as the named arrays of :attr:`layout`."""
+        out, at = {}, 0
+        for name, shape in self.layout:
+            k = math.prod(shape)
+            out[name] = np.asarray(flat[at:at + k], dtype=np.int64 if self.integer else np.float64).reshape(shape)
+            at += k
+        return out
