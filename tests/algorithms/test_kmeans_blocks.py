@@ -12,7 +12,7 @@ import pytest
 from sklearn.cluster import KMeans
 
 from dpfed.algorithms.kmeans import block_kmeans, kmeans_plusplus, lloyd
-from dpfed.algorithms.sample_aggregate import assign_blocks
+from dpfed.algorithms.kmeans.sample_aggregate import assign_blocks
 
 
 def _data(n: int = 3000, d: int = 7, k: int = 4, seed: int = 0) -> np.ndarray:

@@ -18,7 +18,8 @@ import pytest
 
 from dpfed.algorithms import kmeans, lvq, naive_bayes
 from dpfed.algorithms.contract import JobSpec, Released, Task
-from dpfed.algorithms.sample_aggregate import (
+from dpfed.algorithms.kmeans import fit as kmeans_fit
+from dpfed.algorithms.kmeans.sample_aggregate import (
     attention_t0,
     center_of_attention,
     clamped_mean_release,
@@ -140,14 +141,14 @@ def test_kmeans_dp_lloyd_outlier_moves_sums_by_at_most_the_radius_and_counts_by_
     not replaced): they move by at most R = ||upper - lower||_2 / 2 in L2 (+ the grid), the noisy count and
     the released sizes by exactly 1."""
     seen: list[np.ndarray] = []
-    real = kmeans.gaussian
+    real = kmeans_fit.gaussian
 
     def spy(value, **kw):
         rel = real(value, **kw)
         seen.append(np.asarray(rel.value))
         return rel
 
-    monkeypatch.setattr(kmeans, "gaussian", spy)
+    monkeypatch.setattr(kmeans_fit, "gaussian", spy)
     X = np.random.default_rng(2).uniform(0, 1, (150, 3))
     spec = JobSpec("km", "kmeans", {"epsilon": 1.0, "delta": 1e-6, "method": "lloyd", "k": 1, "lloyd_iters": 1},
                    KM_SCHEMA)

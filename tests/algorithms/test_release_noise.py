@@ -229,9 +229,10 @@ def test_kmeans_dp_lloyd_sums_counts_and_sizes_match_the_charged_event(monkeypat
     False-alarm rate 1e-4 per check (counts and sizes: normal approximation; with only 500 sizes within a
     factor 3)."""
     from dpfed.algorithms import kmeans
+    from dpfed.algorithms.kmeans import fit as kmeans_fit
 
     seen: dict[str, list] = {"sums": [], "counts": []}
-    real_gaussian, real_dl = kmeans.gaussian, kmeans._dl
+    real_gaussian, real_dl = kmeans_fit.gaussian, kmeans_fit._dl
 
     def spy_gaussian(value, **kw):
         rel = real_gaussian(value, **kw)
@@ -245,8 +246,8 @@ def test_kmeans_dp_lloyd_sums_counts_and_sizes_match_the_charged_event(monkeypat
         seen["counts"].append((np.asarray(out) - np.asarray(value), noise))
         return out
 
-    monkeypatch.setattr(kmeans, "gaussian", spy_gaussian)
-    monkeypatch.setattr(kmeans, "_dl", spy_dl)
+    monkeypatch.setattr(kmeans_fit, "gaussian", spy_gaussian)
+    monkeypatch.setattr(kmeans_fit, "_dl", spy_dl)
     g = np.random.default_rng(7)
     X = g.uniform(0, 1, (200, 5))
     mid = 0.5
@@ -280,7 +281,7 @@ def test_gupt_clamped_mean_noise_matches_the_charged_event():
     charged GaussianDpEvent's multiplier of a sample-and-aggregate plan and Delta = ||upper - lower||_2 / m
     (one of m answers moves within the box). 400 releases x 10 coordinates; false-alarm rate 1e-4."""
     from dpfed.algorithms import kmeans
-    from dpfed.algorithms.sample_aggregate import clamped_mean_release
+    from dpfed.algorithms.kmeans.sample_aggregate import clamped_mean_release
 
     plan = kmeans.make_plan("sample-aggregate", 2, "mean", 0, 1.0, 1e-6)
     ev = _km_atoms(kmeans.plan_event(plan))
@@ -298,7 +299,7 @@ def test_center_of_attention_noise_matches_the_smooth_sensitivity():
     and U_{m - t0} = the diameter, t0 = floor((m - 1) / 2) + 2, hence S_beta = diameter e^(-beta (m - t0));
     the noise is N(0, (S_beta / alpha)^2) with (alpha, beta) the public calibration for (epsilon, delta) and
     the answer's dimension. 60 releases x 20 coordinates; false-alarm rate 1e-4."""
-    from dpfed.algorithms.sample_aggregate import center_of_attention_release, gaussian_smooth_params
+    from dpfed.algorithms.kmeans.sample_aggregate import center_of_attention_release, gaussian_smooth_params
 
     m, p, eps, delta = 1000, 20, 1.0, 1e-6
     Z = np.full((m, p), 0.5)

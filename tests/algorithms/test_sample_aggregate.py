@@ -14,7 +14,7 @@ import pytest
 from dp_accounting import dp_event
 from scipy import integrate, stats
 
-from dpfed.algorithms.sample_aggregate import (
+from dpfed.algorithms.kmeans.sample_aggregate import (
     assign_blocks,
     attention_t0,
     center_of_attention,
@@ -201,7 +201,7 @@ def test_epsilon_delta_event_spend_equals_claim_in_ledger() -> None:
 @pytest.mark.parametrize("aggregator", ["coa", "mean"])
 def test_generic_sample_and_aggregate_on_a_median_estimator(aggregator: str) -> None:
     """Any vector-valued estimator: here the per-column median of 2-d records in [0, 10]^2."""
-    from dpfed.algorithms.sample_aggregate import sample_and_aggregate
+    from dpfed.algorithms.kmeans.sample_aggregate import sample_and_aggregate
 
     X = np.random.default_rng(0).normal([3.0, 7.0], 0.05, size=(40000, 2)).clip(0, 10)
     value, event = sample_and_aggregate(X, lambda Xb, j: np.median(Xb, axis=0), blocks=800, lower=np.zeros(2),

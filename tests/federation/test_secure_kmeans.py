@@ -19,9 +19,11 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from scipy.stats import chi2
 
 from dpfed.algorithms import get_algorithm
-from dpfed.algorithms import kmeans_secure as ks
 from dpfed.algorithms.contract import JobSpec, Task, TaskRejected
 from dpfed.algorithms.driver import drive
+from dpfed.algorithms.kmeans import coordinator as kc
+from dpfed.algorithms.kmeans import secure as ks
+from dpfed.algorithms.kmeans import secure_plan as ksp
 from dpfed.algorithms.params import validate
 from dpfed.core import accounting
 from dpfed.core import distributed_noise as dn
@@ -133,7 +135,7 @@ def _check_exact(runs, X_of) -> int:
     decoded minus their noise shares == the sum of their plain integer vectors. Returns dropouts."""
     dropped = 0
     for run in runs:
-        plan = ks.secure_kmeans_plan(run["spec"])
+        plan = ksp.secure_kmeans_plan(run["spec"])
         for task, agg in run["rounds"]:
             if not agg.parties:
                 continue
@@ -179,7 +181,7 @@ def test_noise_of_decoded_sums_matches_the_plan(runs0, runs30):
     instead of P_min - c would fail it (ratio 0.5), so would a missing or doubled share."""
     z2, n = 0.0, 0
     for run in runs0 + runs30:
-        plan = ks.secure_kmeans_plan(run["spec"])
+        plan = ksp.secure_kmeans_plan(run["spec"])
         for task, agg in run["rounds"]:
             if not agg.parties:
                 continue
@@ -203,7 +205,7 @@ def test_coordinator_centers_are_the_noisy_means_of_the_plain_sums():
     mid, half = (lo + hi) / 2, (hi - lo) / 2
     checked = 0
     for run in _run_jobs(0.0, 3, "e50", epsilon=50.0) + _run_jobs(0.3, 3, "e50d", epsilon=50.0):
-        plan = ks.secure_kmeans_plan(run["spec"])
+        plan = ksp.secure_kmeans_plan(run["spec"])
         tasks = {t.round: t for t, _ in run["rounds"]}
         for task, agg in run["rounds"]:
             nxt = tasks.get(task.round + 1)
@@ -280,7 +282,7 @@ def test_one_record_moves_each_release_within_its_sensitivity():
     aggregate's sensitivities."""
     spec = secure_spec(JobSpec("km-sens", "kmeans", _params("sample-aggregate", 1), SCHEMA),
                        [f"p{i}" for i in range(P)], 6000)
-    plan = ks.secure_kmeans_plan(spec)
+    plan = ksp.secure_kmeans_plan(spec)
     lo, hi = SCHEMA.lower, SCHEMA.upper
     corners = np.array(np.meshgrid(*np.stack([lo, hi], axis=1))).reshape(D, -1).T
     pts = np.vstack([corners, (lo + hi) / 2, np.random.default_rng(0).uniform(lo, hi, (200, D))])
@@ -318,7 +320,7 @@ def test_a_round_below_pmin_reveals_nothing():
     (t1, a1), = [(t, a) for t, a in run["rounds"] if t.round == 1]
     assert a1.parties == () and a1.arrays == {}
     (t2, _), = [(t, a) for t, a in run["rounds"] if t.round == 2]
-    start = ks.SecureKMeansCoordinator(run["spec"], [f"p{i}" for i in range(P)]).C
+    start = kc.SecureKMeansCoordinator(run["spec"], [f"p{i}" for i in range(P)]).C
     np.testing.assert_array_equal(t2.arrays["centers"], start)  # round 2 starts where the job started
     assert [bool(a.parties) for _, a in run["rounds"]] == [True, False, True, True]
 

@@ -11,6 +11,10 @@ Neighbouring relation. Records are put into blocks *independently* (:func:`assig
 adding or removing one record changes exactly one block, hence at most one block answer; every
 sensitivity below is with respect to changing one of the m answers (NRS07 Sec. 4, s = 1).
 
+Generic: nothing here is specific to k-means (any estimator with a vector answer in a public box,
+:func:`sample_and_aggregate`). It lives in the k-means package because k-means is its only user;
+move it to a shared module under :mod:`dpfed.algorithms` when a second learner uses it.
+
 Privacy of the smooth-sensitivity release. NRS07 Lemma 2.6: if the noise density h is
 (alpha, beta)-admissible -- a shift by ||Delta||_2 <= alpha costs (eps1, delta1) ("sliding") and a
 dilation by e^lambda, |lambda| <= beta, costs (eps2, delta2) ("dilation") -- then
