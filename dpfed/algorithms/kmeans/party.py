@@ -12,16 +12,14 @@ from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import JobSpec, PartyAlgorithm, Released, Task, TaskRejected
 from dpfed.algorithms.kmeans.fit import fit_private
 from dpfed.algorithms.kmeans.model import numeric_part
-from dpfed.algorithms.kmeans.options import PARAMS, spec_plan
+from dpfed.algorithms.kmeans.options import spec_plan
 from dpfed.algorithms.kmeans.plan import plan_event
 from dpfed.algorithms.kmeans.secure import check_task as secure_check_task
 from dpfed.algorithms.kmeans.secure import secure_plan, secure_rows
 from dpfed.algorithms.kmeans.secure_plan import job_event as secure_job_event
 from dpfed.core.rng import SecureRNG
 
-#: ``PARAMS`` is here too because :func:`dpfed.algorithms.params.table_for` reads the table of the module
-#: that defines an algorithm's party half.
-__all__ = ["KMeansParty", "PARAMS"]
+__all__ = ["KMeansParty"]
 
 
 def _distributed(spec: JobSpec) -> bool:
