@@ -15,6 +15,12 @@ Example (relative paths are relative to the config file)::
     plugins = []                   # extra modules defining ALGORITHMS (must match the parties')
     max_concurrent_jobs = 4        # jobs that run at once (each its own driver); the rest wait in the queue
 
+    # Limits that keep one peer from stalling everyone (issue 24; deploy/README.md "Exposing the coordinator"):
+    max_calls_per_peer = 32        # gRPC calls open at once per client certificate (more: RESOURCE_EXHAUSTED)
+    idle_timeout = 30.0            # seconds a call may wait for its request (or an upload for its next part)
+    handshake_timeout = 10.0       # seconds a new connection has to finish its TLS handshake
+    max_connections = 0            # open connections at once; 0 = the process's descriptor limit minus 256
+
     # On a Ray cluster (`dpfed coordinator serve --ray-address ADDR`, or ray_address here): parties
     # register here and then stream tasks and results through `shards` ingress actors spread over the
     # cluster, which merge each round's answers before the central driver sees them.
@@ -63,6 +69,10 @@ class CoordinatorConfig:
     shard_port: int = 0
     shard_advertise: str = ""
     shard_cpus: float = 0.5
+    max_calls_per_peer: int = 32
+    idle_timeout: float = 30.0
+    handshake_timeout: float = 10.0
+    max_connections: int = 0
 
     def __post_init__(self) -> None:
         if not self.insecure and self.tls is None:
@@ -79,6 +89,10 @@ class CoordinatorConfig:
             raise ConfigError("shards must be between 1 and 256")
         if not (0 <= self.shard_port <= 65535 - self.shards and 0 <= self.shard_cpus <= 64):
             raise ConfigError("shard_port must leave room for every shard's port below 65536; shard_cpus in [0, 64]")
+        if not (1 <= self.max_calls_per_peer <= 1024 and self.idle_timeout > 0 and self.handshake_timeout > 0
+                and self.max_connections >= 0):
+            raise ConfigError("max_calls_per_peer must be in [1, 1024], idle_timeout and handshake_timeout "
+                              "positive, max_connections >= 0")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CoordinatorConfig":
@@ -86,7 +100,8 @@ class CoordinatorConfig:
         known = {"listen", "state_dir", "insecure", "offer_timeout", "task_timeout", "accept_timeout",
                  "answer_timeout", "min_ping_interval", "heartbeat_seconds", "max_message_bytes", "chunk_bytes",
                  "plugins", "tls", "max_concurrent_jobs", "ray_address", "shards", "shard_host", "shard_port",
-                 "shard_advertise", "shard_cpus"}
+                 "shard_advertise", "shard_cpus", "max_calls_per_peer", "idle_timeout", "handshake_timeout",
+                 "max_connections"}
         unknown = sorted(set(t) - known)
         if unknown:
             raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -106,7 +121,11 @@ class CoordinatorConfig:
                        ray_address=str(t.get("ray_address", "")), shards=int(t.get("shards", cls.shards)),
                        shard_host=str(t.get("shard_host", "")), shard_port=int(t.get("shard_port", 0)),
                        shard_advertise=str(t.get("shard_advertise", "")),
-                       shard_cpus=float(t.get("shard_cpus", cls.shard_cpus)))
+                       shard_cpus=float(t.get("shard_cpus", cls.shard_cpus)),
+                       max_calls_per_peer=int(t.get("max_calls_per_peer", cls.max_calls_per_peer)),
+                       idle_timeout=float(t.get("idle_timeout", cls.idle_timeout)),
+                       handshake_timeout=float(t.get("handshake_timeout", cls.handshake_timeout)),
+                       max_connections=int(t.get("max_connections", cls.max_connections)))
         except (TypeError, ValueError) as exc:
             if isinstance(exc, ConfigError):
                 raise

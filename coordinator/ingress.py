@@ -30,7 +30,6 @@ import queue
 import tempfile
 import threading
 import time
-from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -38,13 +37,15 @@ from typing import Any, Iterator
 import grpc
 import numpy as np
 
-from coordinator.rpc import Abort, caller, check_version, guard, guard_stream, outbox_stream, read_result, admit_result, check_session
+from coordinator.gate import gated_server
+from coordinator.rpc import (Abort, admit_result, caller, check_session, check_version, first_part, guard, guard_stream,
+                             metadata_session, outbox_stream, read_result)
 from dpfed.algorithms.contract import Aggregate, Task
 from dpfed.federation.plugins import load_algorithm
 from dpfed.federation.tls import TlsFiles, server_credentials
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
-from protos.codec import PROTOCOL_VERSION, ProtocolError, server_options
+from protos.codec import PROTOCOL_VERSION, ProtocolError
 
 __all__ = ["IngressShard", "ShardSettings"]
 
@@ -67,6 +68,10 @@ class ShardSettings:
     min_ping_interval: float
     heartbeat_seconds: float
     plugins: tuple[str, ...] = ()
+    max_calls_per_peer: int = 32                # the coordinator's limits (coordinator/config.py, issue 24)
+    idle_timeout: float = 30.0
+    handshake_timeout: float = 10.0
+    max_connections: int = 0
 
 
 @dataclass
@@ -116,9 +121,12 @@ class IngressShard:
             if settings.crl_pem:
                 (d / "crl.pem").write_bytes(settings.crl_pem)
             self._tls = TlsFiles(d / "ca.crt", d / "shard.crt", d / "shard.key")
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2048, thread_name_prefix="dpfed-shard"),
-                                   options=server_options(settings.max_message_bytes, settings.min_ping_interval))
-        pbg.add_PartyServicer_to_server(_ShardService(self), self._server)
+        self._server, gate = gated_server(
+            max_workers=2048, max_message_bytes=settings.max_message_bytes, min_ping_interval=settings.min_ping_interval,
+            max_calls_per_peer=settings.max_calls_per_peer, idle_timeout=settings.idle_timeout,
+            handshake_timeout=settings.handshake_timeout, max_connections=settings.max_connections,
+            name="dpfed-shard")
+        gate.add_service(pbg.add_PartyServicer_to_server, _ShardService(self), self._server)
         listen = f"{settings.host}:{settings.port}"
         if settings.insecure or self._tls is None:
             port = self._server.add_insecure_port(listen)
@@ -289,10 +297,8 @@ class IngressShard:
         yield from outbox_stream(sess.outbox, context, self.s.heartbeat_seconds)
 
     def submit_result(self, parts: Iterator[pb.ResultPart], context: grpc.ServicerContext) -> pb.ResultAck:
-        first = next(parts, None)
-        if first is None:
-            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "empty result stream")
-        sess = self._session(context, first.version, first.session)
+        sess = self._session(context, PROTOCOL_VERSION, metadata_session(context))  # before any part is read
+        first = first_part(parts, sess.token)
         name = sess.name
         with self._cond:
             r = self._rounds.get(first.job_id)

@@ -11,9 +11,10 @@ import numpy as np
 from dpfed.core.errors import DpfedError
 from dpfed.federation.tls import TlsFiles, peer_identity, peer_revoked
 from protos import dpfed_pb2 as pb
-from protos.codec import PROTOCOL_VERSION, ArrayAssembler, ProtocolError
+from protos.codec import PROTOCOL_VERSION, SESSION_METADATA, ArrayAssembler, ProtocolError
 
-__all__ = ["Abort", "guard", "guard_stream", "check_version", "caller", "outbox_stream", "check_session", "admit_result", "read_result"]
+__all__ = ["Abort", "guard", "guard_stream", "check_version", "caller", "outbox_stream", "check_session", "admit_result",
+           "read_result", "SESSION_METADATA", "metadata_session", "first_part"]
 
 
 class Abort(DpfedError):
@@ -90,6 +91,26 @@ def check_session(sess, cert_name: str | None):
         raise Abort(grpc.StatusCode.PERMISSION_DENIED,
                     f"session belongs to {sess.name!r}, not to certificate {cert_name!r}")
     return sess
+
+
+def metadata_session(context: grpc.ServicerContext) -> str:
+    """The session token in the call's metadata; UNAUTHENTICATED without one."""
+    for key, value in context.invocation_metadata() or ():
+        if key == SESSION_METADATA:
+            return value if isinstance(value, str) else value.decode("ascii", "replace")
+    raise Abort(grpc.StatusCode.UNAUTHENTICATED,
+                f"a result upload carries its session token in the call metadata {SESSION_METADATA!r}")
+
+
+def first_part(parts: Iterator[pb.ResultPart], token: str) -> pb.ResultPart:
+    """The first part of an upload whose call metadata named session ``token``; it must name it too."""
+    first = next(parts, None)
+    if first is None:
+        raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "empty result stream")
+    check_version(first.version)
+    if first.session != token:
+        raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "the result's session differs from the call metadata's")
+    return first
 
 
 def admit_result(first: pb.ResultPart, name: str, *, parties: Collection[str], ready: Collection[str], round_: int,

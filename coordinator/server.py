@@ -57,17 +57,20 @@ import grpc
 import numpy as np
 
 from coordinator.config import CoordinatorConfig
-from coordinator.rpc import Abort, caller, check_version, guard, guard_stream, outbox_stream, read_result, admit_result, check_session
+from coordinator.gate import gated_server
+from coordinator.rpc import (Abort, admit_result, caller, check_session, check_version, first_part, guard, guard_stream,
+                             metadata_session, outbox_stream, read_result)
 from coordinator.state import RESUMABLE_STATES, CheckpointError, JobRecord, StateStore
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task, jsonable
 from dpfed.algorithms.driver import Combine, drive
 from dpfed.algorithms.params import validate
 from dpfed.core import accounting
+from dpfed.core.names import NAME_RULE, valid_name
 from dpfed.data.schema import Schema
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
-from protos.codec import (PROTOCOL_VERSION, ProtocolError, chunk_groups, encode_arrays,
-                          server_options)
+from protos.codec import PROTOCOL_VERSION, ProtocolError, chunk_groups, encode_arrays
+from protos.wire_json import check_json, loads
 from dpfed.algorithms.secure_noise import is_secure
 from dpfed.federation.plugins import load_algorithm
 from dpfed.federation.secure_gather import SecureGather
@@ -171,14 +174,13 @@ class Coordinator:
     def register(self, req: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterReply:
         check_version(req.version)
         cert_name = self._identify(context, "party")
-        from dpfed.federation.certs import valid_name
-
         if not valid_name(req.party):
-            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "party name must be 1-64 letters, digits, '.', '_', '-'")
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, f"party name must be {NAME_RULE}")
         if cert_name is not None and req.party != cert_name:
             raise Abort(grpc.StatusCode.PERMISSION_DENIED,
                          f"certificate is issued to {cert_name!r} but the party claims to be {req.party!r}")
         try:
+            check_json(req.schema_json, "schema")
             schema = Schema.from_json(req.schema_json)
         except (ValueError, TypeError) as exc:
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed schema: {exc}") from None
@@ -302,6 +304,7 @@ class Coordinator:
             # party reporting another event is refused and the job fails (finding 12). A malformed event
             # is rejected and the party may answer again.
             try:
+                check_json(req.event_json, "privacy event")
                 reported = accounting.flatten([accounting.event_from_json(req.event_json)])
             except (ValueError, TypeError, KeyError) as exc:
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed privacy event: {exc}") from None
@@ -345,10 +348,8 @@ class Coordinator:
         return pb.JobResponseAck(version=PROTOCOL_VERSION)
 
     def submit_result(self, parts: Iterator[pb.ResultPart], context: grpc.ServicerContext) -> pb.ResultAck:
-        first = next(parts, None)
-        if first is None:
-            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "empty result stream")
-        sess = self._session(context, first.version, first.session)
+        sess = self._session(context, PROTOCOL_VERSION, metadata_session(context))  # before any part is read
+        first = first_part(parts, sess.token)
         name = sess.name
         if sess.shard >= 0:
             raise Abort(grpc.StatusCode.FAILED_PRECONDITION,
@@ -416,7 +417,7 @@ class Coordinator:
 
     def submit_job(self, req: pb.SubmitJobRequest) -> str:
         try:
-            params = json.loads(req.params_json or "{}")
+            params = loads(req.params_json or "{}", "params")
             if not isinstance(params, dict):
                 raise ValueError("params must be a JSON object")
         except ValueError as exc:
@@ -427,13 +428,12 @@ class Coordinator:
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         params.setdefault("delta", algo.default_delta)
         job_id = req.job_id or f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        from dpfed.federation.certs import valid_name
-
         if not valid_name(job_id):
-            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "job id must be 1-64 letters, digits, '.', '_', '-'")
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, f"job id {job_id[:80]!r} refused: a job id is {NAME_RULE}")
         schema = None
         if req.schema_json:
             try:
+                check_json(req.schema_json, "schema")
                 schema = Schema.from_json(req.schema_json).to_dict()
             except (ValueError, TypeError) as exc:
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed schema: {exc}") from None
@@ -988,10 +988,13 @@ def serve(config: CoordinatorConfig, *, max_workers: int = MAX_HANDLER_THREADS) 
     if config.insecure:
         warn_insecure(log)
     coord = Coordinator(config)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dpfed-rpc"),
-                         options=server_options(config.max_message_bytes, config.min_ping_interval))
-    pbg.add_PartyServicer_to_server(_PartyService(coord), server)
-    pbg.add_AdminServicer_to_server(_AdminService(coord), server)
+    server, gate = gated_server(max_workers=max_workers, max_message_bytes=config.max_message_bytes,
+                                min_ping_interval=config.min_ping_interval,
+                                max_calls_per_peer=config.max_calls_per_peer, idle_timeout=config.idle_timeout,
+                                handshake_timeout=config.handshake_timeout, max_connections=config.max_connections,
+                                name="dpfed-rpc")
+    gate.add_service(pbg.add_PartyServicer_to_server, _PartyService(coord), server)
+    gate.add_service(pbg.add_AdminServicer_to_server, _AdminService(coord), server)
     if config.insecure:
         port = server.add_insecure_port(config.listen)
     else:

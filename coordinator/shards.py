@@ -95,7 +95,10 @@ class ShardPool:
             index=i, host=config.shard_host or host or "0.0.0.0", port=config.shard_port + i if config.shard_port else 0,
             advertise=config.shard_advertise, tls_pem=tls_pem, crl_pem=crl, insecure=config.insecure,
             max_message_bytes=config.max_message_bytes, min_ping_interval=config.min_ping_interval,
-            heartbeat_seconds=config.heartbeat_seconds, plugins=config.plugins)) for i in range(config.shards)]
+            heartbeat_seconds=config.heartbeat_seconds, plugins=config.plugins,
+            max_calls_per_peer=config.max_calls_per_peer, idle_timeout=config.idle_timeout,
+            handshake_timeout=config.handshake_timeout, max_connections=config.max_connections))
+            for i in range(config.shards)]
         self.addresses: list[str] = ray.get([a.address.remote() for a in self.actors])
         self.nodes: list[str] = ray.get([a.node.remote() for a in self.actors])
         self._senders = [_Sender(a, i) for i, a in enumerate(self.actors)]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import signal
@@ -30,12 +29,15 @@ import numpy as np
 from dpfed.algorithms import algorithm_names
 from dpfed.algorithms.contract import Task
 from dpfed.core.ledger import BudgetLedger
+from dpfed.core.names import NAME_RULE, valid_name
 from dpfed.federation.secure_session import SecAggParty
 from dpfed.federation.session import PartyContext, PartySession, TaskError, decide
 from party.config import ConfigError, PartyConfig
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
-from protos.codec import PROTOCOL_VERSION, ArrayAssembler, ProtocolError, channel_options, chunk_groups, encode_arrays
+from protos import wire_json
+from protos.codec import (PROTOCOL_VERSION, SESSION_METADATA, ArrayAssembler, ProtocolError, channel_options,
+                          chunk_groups, encode_arrays)
 from dpfed.federation.tls import PeerRefused, channel_credentials, check_coordinator, warn_insecure
 
 __all__ = ["PartyDaemon", "main"]
@@ -165,6 +167,9 @@ class PartyDaemon:
                 continue
             if which == "heartbeat":
                 continue
+            if not valid_name(msg.job_id):  # a NUL or newline would reach file names and forge log lines
+                log.error("ignoring a %s message with an invalid job id %s (%s)", which, repr(msg.job_id)[:80], NAME_RULE)
+                continue
             try:
                 self._dispatch(stub, data, session, msg, which, parts)
             except grpc.RpcError as exc:
@@ -216,7 +221,7 @@ class PartyDaemon:
             error = f"job {head.job_id} was not accepted by this party"
         if not error:
             try:
-                params = json.loads(head.task.params_json or "{}")
+                params = wire_json.loads(head.task.params_json or "{}", "task parameters")
                 task = Task(head.job_id, int(head.round), head.task.kind, params, asm.finish())
             except (ProtocolError, ValueError, TypeError) as exc:
                 error = f"task rejected: {exc}"
@@ -225,7 +230,8 @@ class PartyDaemon:
                 answer = job.answer(task)
             except TaskError as exc:
                 error = str(exc)
-        stub.SubmitResult(self._result_parts(ids, answer, error), timeout=3600)
+        stub.SubmitResult(self._result_parts(ids, answer, error), timeout=3600,
+                          metadata=((SESSION_METADATA, session),))  # checked before the upload is read
 
     def _result_parts(self, ids: dict, answer: dict[str, np.ndarray], error: str) -> Iterator[pb.ResultPart]:
         cb = self.config.chunk_bytes

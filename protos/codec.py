@@ -17,7 +17,8 @@ import numpy as np
 from protos import dpfed_pb2 as pb
 
 __all__ = ["PROTOCOL_VERSION", "ProtocolError", "DEFAULT_MAX_MESSAGE_BYTES", "DEFAULT_CHUNK_BYTES",
-           "DEFAULT_MAX_ARRAY_BYTES", "KEEPALIVE_SECONDS", "MIN_PING_INTERVAL_SECONDS", "encode_arrays",
+           "DEFAULT_MAX_ARRAY_BYTES", "KEEPALIVE_SECONDS", "MIN_PING_INTERVAL_SECONDS", "HANDSHAKE_TIMEOUT_SECONDS",
+           "SESSION_METADATA", "encode_arrays",
            "ArrayAssembler", "channel_options", "server_options"]
 
 # 2: secure aggregation's masked vectors have the plan's dimension (no power-of-two padding) and masks are
@@ -41,6 +42,10 @@ class ProtocolError(DpfedError, ValueError):
 
 KEEPALIVE_SECONDS = 20.0                         # clients (parties, operators) ping an idle connection this often
 MIN_PING_INTERVAL_SECONDS = 5.0                  # the server tolerates pings down to this interval
+HANDSHAKE_TIMEOUT_SECONDS = 10.0                 # a new connection's TLS handshake must finish within this
+#: Call metadata key carrying the party's session token on ``SubmitResult``: the coordinator checks the
+#: session before it reads the upload (issue 24); the token in the first part must be the same.
+SESSION_METADATA = "dpfed-session"
 
 
 def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
@@ -54,15 +59,24 @@ def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 
 
 def server_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                   min_ping_interval_seconds: float = MIN_PING_INTERVAL_SECONDS) -> list[tuple[str, int]]:
-    """Server-side gRPC options: the maximum message size, and a ping policy that accepts the clients'
+                   min_ping_interval_seconds: float = MIN_PING_INTERVAL_SECONDS, *,
+                   handshake_timeout_seconds: float = HANDSHAKE_TIMEOUT_SECONDS,
+                   max_connections: int = 0) -> list[tuple[str, int]]:
+    """Server-side gRPC options: the maximum message size, a ping policy that accepts the clients'
     keepalive pings (gRPC's default answers a ping more often than every 5 minutes without data with
-    GOAWAY ``too_many_pings``, which broke ``dpfed job wait`` after a minute of silence)."""
-    return [("grpc.max_send_message_length", int(max_message_bytes)),
+    GOAWAY ``too_many_pings``, which broke ``dpfed job wait`` after a minute of silence), a deadline on
+    the TLS handshake of a new connection (gRPC's default, 120 s, let half-open connections hold the
+    descriptors that long) and, when ``max_connections`` > 0, a cap on open connections (more are closed
+    at once instead of running the process out of descriptors)."""
+    opts = [("grpc.max_send_message_length", int(max_message_bytes)),
             ("grpc.max_receive_message_length", int(max_message_bytes)),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms", int(min_ping_interval_seconds * 1000)),
-            ("grpc.http2.max_pings_without_data", 0)]
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.server_handshake_timeout_ms", max(int(handshake_timeout_seconds * 1000), 1))]
+    if max_connections > 0:
+        opts.append(("grpc.max_allowed_incoming_connections", int(max_connections)))
+    return opts
 
 
 def _wire_dtype(dtype: np.dtype) -> np.dtype:

@@ -25,6 +25,7 @@ import numpy as np
 from dp_accounting import DpEvent
 
 from dpfed.core.errors import TaskRejected
+from dpfed.core.names import check_job_id
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import Schema
 
@@ -53,6 +54,7 @@ class JobSpec:
     schema: Schema
 
     def __post_init__(self) -> None:
+        check_job_id(self.job_id)  # one rule for names (dpfed.core.names): no NUL, newline, ...
         eps = self.params.get("epsilon")
         if not isinstance(eps, (int, float)) or not eps > 0 or eps != eps or eps == float("inf"):
             raise ValueError("job params need a finite epsilon > 0")

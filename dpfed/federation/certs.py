@@ -22,7 +22,6 @@ import datetime as _dt
 import ipaddress
 import json
 import os
-import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,18 +31,19 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from dpfed.core import names
+
 __all__ = ["ROLES", "init_ca", "issue", "request", "sign", "revoke", "revoked_serials", "cert_identity",
            "default_role", "valid_name", "CRL_FILE"]
 
 CRL_FILE = "crl.pem"
 
 ROLES = ("party", "coordinator", "operator")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def valid_name(name: str) -> bool:
     """Names are 1-64 characters of letters, digits, '.', '_' and '-' (they become file names)."""
-    return bool(_NAME.match(name))
+    return names.valid_name(name)  # one rule (dpfed.core.names): the whole string, no trailing newline
 
 
 def default_role(name: str) -> str:

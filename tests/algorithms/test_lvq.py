@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import zlib
 
 import numpy as np
 import pytest
@@ -94,7 +95,7 @@ def test_ghost_clipping_matches_materialised(use_omega: bool) -> None:
 def _spec(algorithm: str = "gmlvq", schema: Schema | None = None, **kw) -> JobSpec:
     schema = schema or Schema.numeric_box(4, -1.0, 1.0, n_classes=3)
     params = prepare_params({"epsilon": 1.0, "delta": 1e-5, "epochs": 1, "sampling_rate": 0.05, **kw})
-    return JobSpec(f"test-{algorithm}-{sorted(kw.items())}", algorithm, params, schema)
+    return JobSpec(f"test-{algorithm}-{zlib.crc32(repr(sorted(kw.items())).encode()):08x}", algorithm, params, schema)
 
 
 def _data(n: int = 300, d: int = 4, c: int = 3, seed: int = 0):

@@ -15,7 +15,7 @@ from dpfed.core.rng import SecureRNG
 from net_helpers import SCHEMA, admin, party_data, raw_stub, register
 from net_noisy_mean import NoisyMeanParty
 from protos import dpfed_pb2 as pb
-from protos.codec import PROTOCOL_VERSION, ArrayAssembler, encode_arrays
+from protos.codec import PROTOCOL_VERSION, SESSION_METADATA, ArrayAssembler, encode_arrays
 
 
 @pytest.fixture()
@@ -76,6 +76,7 @@ def test_ids_replays_and_duplicates(net):
     ch, stub = raw_stub(pki, server.port, "party-1")
     with ch, admin(pki, server.port) as adm:
         token = register(stub, "party-1")
+        md = ((SESSION_METADATA, token),)  # an upload names its session before its first part is read
         stream = stub.TaskStream(pb.StreamRequest(version=PROTOCOL_VERSION, session=token))
         assert server.coordinator.wait_for_parties(["party-0", "party-1"], 20)
         job = adm.submit_job("noisy-mean", {"rounds": 3}, epsilon=1.0, delta=0.0, job_id="job-ids")
@@ -102,26 +103,32 @@ def test_ids_replays_and_duplicates(net):
                                (dict(round=1), grpc.StatusCode.FAILED_PRECONDITION),
                                (dict(version=PROTOCOL_VERSION + 1), grpc.StatusCode.FAILED_PRECONDITION)]:
             parts = _answer_parts(token, task0, spec, half, rng, X, **override)
-            assert _err(lambda parts=parts: stub.SubmitResult(iter(parts), timeout=10)).code() == code, override
+            err = _err(lambda parts=parts: stub.SubmitResult(iter(parts), timeout=10, metadata=md))
+            assert err.code() == code, override
+        err = _err(lambda: stub.SubmitResult(iter(good), timeout=10))  # no session in the call metadata
+        assert err.code() == grpc.StatusCode.UNAUTHENTICATED and SESSION_METADATA in err.details()
+        forged = (("dpfed-session", "f" * 32),)
+        assert _err(lambda: stub.SubmitResult(iter(good), timeout=10, metadata=forged)).code() == \
+            grpc.StatusCode.UNAUTHENTICATED
         # malformed chunks (wrong size) and a stream that never sends its last part
         broken = pb.ResultPart(**_ids(token, job, 0, task0.task_id), last=True,
                                chunks=[pb.ArrayChunk(name="sum", dtype="<f8", shape=[4], total_bytes=32, data=b"1")])
-        err = _err(lambda: stub.SubmitResult(iter([broken]), timeout=10))
+        err = _err(lambda: stub.SubmitResult(iter([broken]), timeout=10, metadata=md))
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "malformed result" in err.details()
         unfinished = pb.ResultPart(**_ids(token, job, 0, task0.task_id), last=False)
-        assert _err(lambda: stub.SubmitResult(iter([unfinished]), timeout=10)).code() == \
+        assert _err(lambda: stub.SubmitResult(iter([unfinished]), timeout=10, metadata=md)).code() == \
             grpc.StatusCode.INVALID_ARGUMENT
-        stub.SubmitResult(iter(good), timeout=10)                       # accepted once
-        err = _err(lambda: stub.SubmitResult(iter(good), timeout=10))   # replayed in the same round
+        stub.SubmitResult(iter(good), timeout=10, metadata=md)                       # accepted once
+        err = _err(lambda: stub.SubmitResult(iter(good), timeout=10, metadata=md))   # replayed in the same round
         assert err.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION)
 
         task1 = next(msgs)
         assert task1.round == 1
-        err = _err(lambda: stub.SubmitResult(iter(good), timeout=10))   # replayed in a later round
+        err = _err(lambda: stub.SubmitResult(iter(good), timeout=10, metadata=md))   # replayed in a later round
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "replayed or out-of-order" in err.details()
-        stub.SubmitResult(iter(_answer_parts(token, task1, spec, half, rng, X)), timeout=10)
+        stub.SubmitResult(iter(_answer_parts(token, task1, spec, half, rng, X)), timeout=10, metadata=md)
         task2 = next(msgs)
-        stub.SubmitResult(iter(_answer_parts(token, task2, spec, half, rng, X)), timeout=10)
+        stub.SubmitResult(iter(_answer_parts(token, task2, spec, half, rng, X)), timeout=10, metadata=md)
         record = adm.wait(job, timeout=30)
         assert record["state"] == "done" and record["rounds"] == 3
         assert next(msgs).WhichOneof("body") == "job_end"
