@@ -238,12 +238,8 @@ def test_every_import_points_down() -> None:
 
 #: Violations known when the checkers landed, being removed by their owners (issue 25): listed by name
 #: so that any NEW cycle or private import fails. Remove an entry when its fix lands.
-KNOWN_CYCLES = {"dpfed.algorithms.kmeans, dpfed.algorithms.kmeans_secure"}
+KNOWN_CYCLES: set[str] = set()
 KNOWN_PRIVATE = {
-    "dpfed.algorithms.kmeans_secure imports _COUNT_SHARE from dpfed.algorithms.kmeans",
-    "dpfed.algorithms.kmeans_secure imports _SIZES_SHARE from dpfed.algorithms.kmeans",
-    "dpfed.algorithms.kmeans_secure imports _job_options from dpfed.algorithms.kmeans",
-    "dpfed.algorithms.kmeans_secure imports _sqdist from dpfed.algorithms.kmeans",
     "dpfed.core.dgauss_alias imports _bits from dpfed.core.samplers",
     "dpfed.core.dgauss_alias imports _dg_sigma from dpfed.core.samplers",
     "dpfed.core.dgauss_alias imports _size_tuple from dpfed.core.samplers",
