@@ -28,6 +28,7 @@ from pathlib import Path
 import dp_accounting as dpa
 
 from dpfed.core import accounting as A
+from dpfed.core import accountants, calibration
 from dpfed.cli import main as cli_main
 from dpfed.core.ledger import BudgetLedger
 
@@ -35,7 +36,7 @@ Q, T, DELTA, SIGMA, TARGET = 0.01, 5000, 1e-5, 1.5, 2.17
 
 
 def _clear() -> None:
-    A._epsilon_cached.cache_clear()
+    accountants._epsilon_cached.cache_clear()
 
 
 def _time_inprocess(argv: list[str], repeat: int = 3) -> float:
@@ -194,7 +195,7 @@ def ledger_rows(n: int = 120) -> list[str]:
 def _clear_plans() -> None:
     from dpfed.algorithms import kmeans, lvq, naive_bayes
     _clear()
-    A._gaussian_cached.cache_clear()
+    calibration._gaussian_cached.cache_clear()
     for f in (kmeans.make_plan, naive_bayes._plan, lvq._plan_cached):
         f.cache_clear()
 

@@ -130,7 +130,7 @@ def _init_noise(init: str, eps1: float, delta: float, count_fraction: float) -> 
         # The sums go through the floating-point-safe dpfed.core.mechanisms.laplace (es-DP); it is charged as
         # the worst es-DP mechanism (Kairouz, Oh & Viswanath 2015), valid whatever its grid.
         return 1.0 / ec, 1.0 / es, accounting.compose([dp_event.DiscreteLaplaceDpEvent(ec, 1),
-                                                       accounting.EpsilonDeltaDpEvent(es, 0.0)])
+                                                       accounting.EpsilonDeltaBoundDpEvent(es, 0.0)])
     if init == "zero":
         z = _gaussian_multiplier(eps1, delta)
         return z, 0.0, dp_accounting.GaussianDpEvent(z)

@@ -84,6 +84,7 @@ from dpfed.algorithms.contract import Aggregate, Algorithm, CoordinatorAlgorithm
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.params import EPSILON, Param, ParamTable, arg_type, delta_param, noise_param
 from dpfed.core import distributed_noise as dn
+from dpfed.core.events import DistributedDiscreteGaussianDpEvent
 from dpfed.core.clipping import clamp
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import DataValidationError, Feature, Schema
@@ -253,10 +254,10 @@ def _secure(schema_json: str, eps: float, delta: float, honest: int, parties: in
     l2, l1, dim = float(np.sqrt(np.sum(weights.astype(float) ** 2))), float(weights.sum()), int(layout.length)
     sigma = dn.calibrate_sigma_share(eps, delta, honest_parties=honest, l2_sensitivity=l2, l1_sensitivity=l1,
                                      dimension=dim)
-    event = dn.DistributedDiscreteGaussianDpEvent(float(sigma), int(honest), l2, l1, dim)
+    event = DistributedDiscreteGaussianDpEvent(float(sigma), int(honest), l2, l1, dim)
     while accounting.epsilon(event, delta, accountant="rdp") > eps:  # the ledger's own RDP conversion decides
         sigma *= 1.0 + 1e-6
-        event = dn.DistributedDiscreteGaussianDpEvent(float(sigma), int(honest), l2, l1, dim)
+        event = DistributedDiscreteGaussianDpEvent(float(sigma), int(honest), l2, l1, dim)
     bits = sn.integer_bits(floor_bits, records * float(weights.max()), sigma, parties, dim)
     noise = dn.DistributedNoisePlan(dimension=dim, clip=l2, gamma=1.0, bits=bits, sigma_share=float(sigma),
                                     honest_parties=honest, parties=parties, vectors=records)

@@ -23,7 +23,7 @@ the public job parameters alone:
 Privacy unit: one record. ``record``: each record's clipped vector is one encoded row (its own conditional
 rounding), so adding or removing a record moves the integer sum by at most Delta_2 (KLS21 Thm. 1).
 ``party``: one record moves the party's real sum by at most clip / gamma before its one rounding; the
-coupling bound of :func:`dpfed.core.distributed_noise.party_rounding_rdp` accounts the rounding.
+coupling bound of :func:`dpfed.core.events.party_rounding_rdp` accounts the rounding.
 Accounting is RDP (the DDGauss bound has no PLD), so the party's ledger must be an RDP ledger.
 """
 from __future__ import annotations
@@ -208,7 +208,7 @@ def calibrate_release(sp: SecureParams, *, epsilon: float, delta: float, clip: f
     """The noise plan of ``steps`` Poisson(q) releases of per-record rows clipped to ``clip`` in
     ``dimension`` coordinates, calibrated so that ``prior`` (the job's earlier releases) composed with
     them meets (epsilon, delta) by RDP with P_min - c honest shares (KLS21 Prop. 14; Poisson subsampling by
-    the binomial expansion, :func:`dpfed.core.distributed_noise.poisson_subsampled_rdp`), and gamma leaves
+    the binomial expansion, :func:`dpfed.core.events.poisson_subsampled_rdp`), and gamma leaves
     4 sub-Gaussian standard deviations of headroom for every party's share and ``vectors`` rounded rows (:func:`dpfed.core.distributed_noise.choose_gamma`)."""
     if sp.rounding not in dn.ROUNDINGS:  # "auto" for this one release (LVQ resolves it once per job instead)
         sp = replace(sp, rounding=resolve_rounding(sp.rounding, dimension))

@@ -32,8 +32,9 @@ from fractions import Fraction
 
 import numpy as np
 
+from dpfed.core.bernoulli import random_bits, size_tuple
 from dpfed.core.rng import SecureRNG
-from dpfed.core.samplers import _bits, _dg_sigma, _size_tuple
+from dpfed.core.samplers import dg_sigma
 
 __all__ = ["sample_discrete_gaussian_alias"]
 
@@ -175,7 +176,7 @@ def _tail(tab: _Table, negative: bool, rng: SecureRNG) -> int | None:
     """One proposal from a tail envelope (k ~ Geometric(1/2), m uniform on sub-block k, rem on
     [0, G_T)), y = m or -1 - m: y if accepted, else None. Selected with probability ~ e^-50."""
     k = 0
-    while _bits(rng, 1)[0]:
+    while random_bits(rng, 1)[0]:
         k += 1
     m = tab.tail_start + k * tab.tail_width + int(rng.integers(tab.tail_width, 1)[0])
     y = ~m if negative else m
@@ -245,10 +246,10 @@ def sample_discrete_gaussian_alias(sigma: float | Fraction, size: int | tuple[in
     the same law as :func:`dpfed.core.samplers.sample_discrete_gaussian` (σ rounded up to a float the
     same way, at most 2^28). ``_cut`` (tests only) moves the tail to ~ _cut σ so that the tail path
     runs often; ``_exact_only`` (tests only) sends every regular proposal to the exact path."""
-    sig = _dg_sigma(sigma)
+    sig = dg_sigma(sigma)
     tab = _table(sig, float(_cut))
 
-    shape = _size_tuple(size)
+    shape = size_tuple(size)
     n = math.prod(shape)
     out = np.empty(n, dtype=np.int64)
     have = 0

@@ -231,7 +231,7 @@ class BudgetLedger:
                     row = c.execute("SELECT job, event FROM charges WHERE charge_id = ?",
                                     (cid,)).fetchone()
                     if row is not None:
-                        if row != (job, event_json):
+                        if row[0] != job or _flatten_json(str(row[1])) != new:  # same releases, any spelling
                             raise ValueError(
                                 f"charge_id {cid!r} was already used for a different job or event")
                         self._refresh(c)
@@ -410,6 +410,7 @@ class BudgetLedger:
 
 
 _FLAT_CACHE: dict[str, Counter[Any]] = {}
+
 
 
 def _flatten_json(event_json: str) -> Counter[Any]:

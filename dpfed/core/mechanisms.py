@@ -19,7 +19,7 @@ Event choices (each checked numerically in tests/test_mechanisms.py against dp-a
   slightly *worse* than the continuous one at the same S (dp-accounting PLDs show it); it is
   dominated by the continuous one at sensitivity S+1, so the scale is calibrated to (S+1)/epsilon.
 * discrete Gaussian (integer query; one record moves m coordinates by at most the integer s):
-  m compositions of ``accounting.DiscreteGaussianDpEvent(sigma, s)``, accounted by dp-accounting's
+  m compositions of ``accounting.ScalarDiscreteGaussianDpEvent(sigma, s)``, accounted by dp-accounting's
   exact discrete-Gaussian PLD (and by its zCDP rho = s^2/(2 sigma^2), Canonne, Kamath & Steinke
   2020, Prop. 5, under RDP). Provable; the domination argument is in that event's docstring.
 * Gaussian on reals (the grid) and ``rounded_gaussian`` on integers: the noise is round(sigma Z),
@@ -34,19 +34,26 @@ Event choices (each checked numerically in tests/test_mechanisms.py against dp-a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 from dp_accounting import dp_event
 
+from dpfed.core.categorical import exponential, randomized_response, rr_frequencies
+from dpfed.core.release import (
+    Release,
+    float_down,
+    int_array,
+    positive,
+    real_array,
+    to_grid,
+)
 from dpfed.core import accounting
 from dpfed.core.rng import SecureRNG
 from dpfed.core.samplers import (
     MAX_ROUNDED_GAUSSIAN_SIGMA,
-    _bernoulli_exp_lazy,
     laplace_fraction,
     sample_discrete_gaussian,
     sample_discrete_laplace,
@@ -69,58 +76,9 @@ __all__ = [
 
 _GRID_REL = 2.0**-20          # target: rounding inflates the sensitivity by at most ~1e-6
 _MAX_GRID_SCALE = 2.0**50     # discrete Laplace scale on the grid (samplers allow 2**52)
-_MAX_GRID_INT = 2.0**61       # |value| / 2^-k must stay below this (int64 headroom for noise)
 _EXACT_DLAP_MAX_S = 4096      # DiscreteLaplaceDpEvent PLDs enumerate ~S points
-_EPS_DEN = 2**20              # epsilon as a rational with this denominator (rounded down)
 _MAX_GRID_SIGMA = 2.0**27     # Gaussian noise std on the grid (rounded-Gaussian float filter)
 MAX_ACCOUNTED_DG_SIGMA = 2.0**14  # discrete_gaussian: its exact PLD costs ~23 sigma points
-
-
-@dataclass(frozen=True)
-class Release:
-    """A mechanism's output ``value`` and the ``event`` (dp-accounting) describing its spend.
-
-    ``details`` holds the calibration actually used (grid bits, sensitivity on the grid, noise
-    scale, provable zCDP rho, ...) for audit logs; it never contains data values.
-    """
-
-    value: Any
-    event: dp_event.DpEvent
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-
-# -- validation ---------------------------------------------------------------------------------
-def _positive(x: Any, name: str) -> float:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number") from None
-    if not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a positive finite number")
-    return v
-
-
-def _real_array(value: Any) -> np.ndarray:
-    try:
-        x = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError("value must be a real number or array of real numbers") from None
-    if not np.all(np.isfinite(x)):
-        raise ValueError("value contains NaN or infinity; clamp to public bounds first")
-    return x
-
-
-def _int_array(value: Any) -> np.ndarray:
-    x = np.asarray(value)
-    if x.dtype.kind in "iub":
-        return x.astype(np.int64)
-    if x.dtype.kind == "f":
-        if not np.all(np.isfinite(x)):
-            raise ValueError("value contains NaN or infinity")
-        if np.all(x == np.round(x)) and np.all(np.abs(x) < 2.0**62):
-            return x.astype(np.int64)
-    raise ValueError("discrete mechanisms need integer-valued input (counts); "
-                     "use laplace()/gaussian() for real values")
 
 
 def _grid_bits_check(grid_bits: int | None) -> int | None:
@@ -129,16 +87,6 @@ def _grid_bits_check(grid_bits: int | None) -> int | None:
     if int(grid_bits) != grid_bits or not -1000 <= grid_bits <= 1000:
         raise ValueError("grid_bits must be an integer in [-1000, 1000]")
     return int(grid_bits)
-
-
-def _to_grid(x: np.ndarray, k: int) -> np.ndarray:
-    """round(x * 2^k) as int64; x * 2^k is exact in binary floating point."""
-    scaled = np.ldexp(x, k)
-    if scaled.size and (scaled.max() >= _MAX_GRID_INT or scaled.min() <= -_MAX_GRID_INT):
-        raise ValueError(f"values too large for the public grid 2^-{k}: clamp them to public bounds "
-                         "or pass a smaller grid_bits")
-    grid: np.ndarray = np.rint(scaled).astype(np.int64)
-    return grid
 
 
 def _from_grid(z: np.ndarray, k: int) -> np.ndarray:
@@ -158,10 +106,6 @@ def _checked_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return total
 
 
-def _down(x: float) -> float:
-    return float(np.nextafter(x, 0.0))
-
-
 def _up(x: float) -> float:
     return float(np.nextafter(x, np.inf))
 
@@ -176,7 +120,7 @@ def _float_at_least(x: Fraction) -> float:
 def _float_at_most(x: Fraction) -> float:
     """The largest float <= the rational x."""
     f = float(x)
-    return f if Fraction(f) <= x else _down(f)
+    return f if Fraction(f) <= x else float_down(f)
 
 
 def _dlap_event(scale: Fraction, sens: int) -> dp_event.DpEvent:
@@ -201,8 +145,8 @@ def discrete_laplace(value: ArrayLike, *, sensitivity: int, epsilon: float, rng:
     """Exact discrete Laplace (two-sided geometric) mechanism for integer queries (Ghosh,
     Roughgarden & Sundararajan 2009; sampler CKS20 Alg. 2): value + Z, P(Z=z) ∝ exp(-eps|z|/S),
     ``sensitivity`` S = integer L1 sensitivity. Output: int64 array of the input's shape."""
-    x = _int_array(value)
-    eps = _positive(epsilon, "epsilon")
+    x = int_array(value)
+    eps = positive(epsilon, "epsilon")
     if int(sensitivity) != sensitivity or sensitivity < 1:
         raise ValueError("discrete_laplace needs a positive integer sensitivity")
     sens = int(sensitivity)
@@ -231,9 +175,9 @@ def laplace(value: ArrayLike, *, sensitivity: float, epsilon: float, rng: Secure
     dimension d when ``grid_bits`` is None), integer sensitivity S = floor(sens*2^k) + d, exact
     discrete Laplace of scale (S[+1])/eps on the grid, scale back. Satisfies epsilon-DP.
     """
-    x = _real_array(value)
-    sens = _positive(sensitivity, "sensitivity")
-    eps = _positive(epsilon, "epsilon")
+    x = real_array(value)
+    sens = positive(sensitivity, "sensitivity")
+    eps = positive(epsilon, "epsilon")
     d = max(x.size, 1)
     k = _grid_bits_check(grid_bits)
     if k is None:
@@ -242,7 +186,7 @@ def laplace(value: ArrayLike, *, sensitivity: float, epsilon: float, rng: Secure
     if sens_grid >= 2**52:
         raise ValueError("sensitivity too large for the chosen grid; pass a smaller grid_bits")
     scale = _dlap_scale(sens_grid, eps)
-    ints = _to_grid(x, k)
+    ints = to_grid(x, k)
     noisy = _checked_add(ints, sample_discrete_laplace(scale, x.shape, rng))
     out = _from_grid(noisy, k)
     details = {"grid_bits": k, "sensitivity_on_grid": sens_grid, "scale": math.ldexp(float(scale), -k),
@@ -261,11 +205,11 @@ def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0,
     analytic=False: the classic sqrt(2 ln(1.25/delta)) * sensitivity / epsilon (Dwork & Roth
     2014, Thm. A.1), which is only valid for epsilon < 1.
     """
-    eps = _positive(epsilon, "epsilon")
-    dlt = _positive(delta, "delta")
+    eps = positive(epsilon, "epsilon")
+    dlt = positive(delta, "delta")
     if dlt >= 1:
         raise ValueError("delta must lie in (0, 1)")
-    sens = _positive(sensitivity, "sensitivity")
+    sens = positive(sensitivity, "sensitivity")
     if not analytic:
         if eps >= 1:
             raise ValueError("the classic Gaussian calibration needs epsilon < 1 "
@@ -276,7 +220,7 @@ def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0,
 
 
 def _integer_sensitivity(x: Any, name: str) -> int:
-    v = _positive(x, name)
+    v = positive(x, name)
     if v != math.floor(v) or v >= 2**31:
         raise ValueError(f"{name} of the discrete Gaussian must be an integer (the largest change of "
                          "one coordinate); for an L2 sensitivity use rounded_gaussian()")
@@ -291,19 +235,19 @@ def discrete_gaussian(value: ArrayLike, *, sigma: float, rng: SecureRNG, sensiti
     One record changes at most ``coordinates`` entries of ``value``, each by at most the integer
     ``sensitivity`` (a count: 1 and 1; a histogram under add/remove: 1 and 1; a record adding to
     one cell of each of F tables: 1 and F). The event is ``coordinates`` compositions of
-    :class:`dpfed.core.accounting.DiscreteGaussianDpEvent` (exact discrete-Gaussian PLD, zCDP for RDP),
+    :class:`dpfed.core.accounting.ScalarDiscreteGaussianDpEvent` (exact discrete-Gaussian PLD, zCDP for RDP),
     provably valid; sigma is limited to 2^14 so that its PLD stays cheap (about 0.6 s). For large
     sigma or an L2 sensitivity use :func:`rounded_gaussian`, charged exactly as the Gaussian.
     """
-    x = _int_array(value)
+    x = int_array(value)
     sens = _integer_sensitivity(sensitivity, "sensitivity")
     m = _integer_sensitivity(coordinates, "coordinates")
-    sig = _positive(sigma, "sigma")
+    sig = positive(sigma, "sigma")
     if sig > MAX_ACCOUNTED_DG_SIGMA:
         raise ValueError(f"discrete_gaussian supports sigma <= 2^14 (its exact PLD enumerates ~23 sigma "
                          f"points); use rounded_gaussian() for sigma {sig:g}")
     noisy = _checked_add(x, sample_discrete_gaussian(sig, x.shape, rng))  # exactly N_Z(0, sig^2)
-    one = accounting.DiscreteGaussianDpEvent(sigma=sig, sensitivity=sens)
+    one = accounting.ScalarDiscreteGaussianDpEvent(sigma=sig, sensitivity=sens)
     event = one if m == 1 else dp_event.SelfComposedDpEvent(one, m)
     rho = _up(m * sens * sens / (2 * sig * sig))
     return Release(noisy if noisy.ndim else int(noisy), event,
@@ -318,7 +262,7 @@ def _calibrated_sigma(sens: float, sigma: float | None, epsilon: float | None, d
         return gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=sens, analytic=analytic)
     if epsilon is not None or delta is not None:
         raise ValueError("give sigma or (epsilon, delta), not both")
-    return _positive(sigma, "sigma")
+    return positive(sigma, "sigma")
 
 
 def _share(parties: int) -> float:
@@ -346,8 +290,8 @@ def rounded_gaussian(value: ArrayLike, *, sensitivity: float, rng: SecureRNG, si
     coordinator sees nothing but that sum (secure aggregation). The sum of P discrete Gaussian
     shares is close to, not exactly, one of variance sigma^2 (Canonne, Kamath & Steinke 2020, Sec. 4).
     """
-    x = _int_array(value)
-    sens = _positive(sensitivity, "sensitivity")
+    x = int_array(value)
+    sens = positive(sensitivity, "sensitivity")
     sig = _calibrated_sigma(sens, sigma, epsilon, delta, analytic)
     share = _share(parties)
     if share == 1.0:
@@ -373,9 +317,9 @@ def float_gaussian(value: ArrayLike, *, sensitivity: float, noise_multiplier: fl
     Event ``GaussianDpEvent(z)``; ``parties = P > 1``: this party adds 1/P of the variance and the
     event is that of the sum of the P releases (secure aggregation only, see :func:`rounded_gaussian`).
     """
-    x = _real_array(value)
-    sens = _positive(sensitivity, "sensitivity")
-    z = _positive(noise_multiplier, "noise_multiplier")
+    x = real_array(value)
+    sens = positive(sensitivity, "sensitivity")
+    z = positive(noise_multiplier, "noise_multiplier")
     std = z * sens * _share(parties)
     noisy = x + rng.normal_ziggurat(x.shape if x.ndim else 1, std).reshape(x.shape)
     return Release(noisy if noisy.ndim else float(noisy), dp_event.GaussianDpEvent(noise_multiplier=z),
@@ -401,22 +345,22 @@ def gaussian(value: ArrayLike, *, sensitivity: float, rng: SecureRNG, sigma: flo
     party adds the noise of multiplier z/sqrt(P) and the event is that of the sum of the P
     releases, ``GaussianDpEvent(z)`` (secure aggregation only, see :func:`rounded_gaussian`).
     """
-    x = _real_array(value)
+    x = real_array(value)
     share = _share(parties)
     if share != 1.0 and noise_multiplier is None:
         raise ValueError("parties > 1 needs a noise_multiplier")
     planned_z = noise_multiplier
     if share != 1.0:
-        noise_multiplier = _positive(noise_multiplier, "noise_multiplier") * share
-    sens = _positive(sensitivity, "sensitivity")
+        noise_multiplier = positive(noise_multiplier, "noise_multiplier") * share
+    sens = positive(sensitivity, "sensitivity")
     d = max(x.size, 1)
     given = [sigma is not None, epsilon is not None or delta is not None, noise_multiplier is not None]
     if sum(given) != 1 or (given[1] and (epsilon is None or delta is None)):
         raise ValueError("give sigma or (epsilon and delta) or noise_multiplier: exactly one of them")
     if sigma is not None:
-        sig_est = sigma = _positive(sigma, "sigma")
+        sig_est = sigma = positive(sigma, "sigma")
     elif noise_multiplier is not None:
-        sig_est = _positive(noise_multiplier, "noise_multiplier") * sens * (1 + _GRID_REL)
+        sig_est = positive(noise_multiplier, "noise_multiplier") * sens * (1 + _GRID_REL)
     else:
         assert epsilon is not None and delta is not None  # checked above
         sig_est = gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=sens * (1 + _GRID_REL),
@@ -437,141 +381,15 @@ def gaussian(value: ArrayLike, *, sensitivity: float, rng: SecureRNG, sigma: flo
     sigma_grid = math.ldexp(sigma, k)
     if sigma_grid > MAX_ROUNDED_GAUSSIAN_SIGMA:
         raise ValueError("sigma too large for the chosen grid; pass a smaller grid_bits")
-    ints = _to_grid(x, k)
+    ints = to_grid(x, k)
     noisy = _checked_add(ints, sample_rounded_gaussian(sigma_grid, x.shape, rng))
     out = _from_grid(noisy, k)
     if noise_multiplier is not None:  # sigma_grid = _up(z sens_grid) >= z sens_grid in real numbers
         event = dp_event.GaussianDpEvent(noise_multiplier=float(noise_multiplier if planned_z is None else planned_z))
     else:
-        event = dp_event.GaussianDpEvent(noise_multiplier=_down(sigma_grid / sens_grid))
+        event = dp_event.GaussianDpEvent(noise_multiplier=float_down(sigma_grid / sens_grid))
     details = {"grid_bits": k, "sensitivity_on_grid": sens_grid, "sigma": sigma,
                "rho": _up(sens_grid * sens_grid / (2 * sigma_grid * sigma_grid))}
     if epsilon is not None and delta is not None:  # both or neither (checked above)
         details.update(epsilon=float(epsilon), delta=float(delta))
     return Release(out if out.ndim else float(out), event, details)
-
-
-# -- exponential mechanism -----------------------------------------------------------------------
-def _eps_fraction(epsilon: float) -> Fraction:
-    """epsilon as a rational with denominator <= 2^20, rounded down (never more privacy loss)."""
-    f = Fraction(epsilon)
-    if f.denominator > _EPS_DEN:
-        f = Fraction(math.floor(f * _EPS_DEN), _EPS_DEN)
-    if f <= 0:
-        raise ValueError("epsilon below 2^-20 is not supported")
-    return f
-
-
-def exponential(scores: ArrayLike, *, sensitivity: float, epsilon: float, rng: SecureRNG,
-                monotonic: bool = False, size: int | None = None) -> Release:
-    """Exponential mechanism (McSherry & Talwar 2007): index i with probability
-    ∝ exp(eps * q_i / (2 * sensitivity)) (``monotonic=True``: / sensitivity, valid when every
-    score moves in the same direction between neighbours). epsilon-DP.
-
-    Exact: scores are rounded to the public grid sensitivity*2^-20 (sensitivity grows by one
-    step), then a uniform proposal i is accepted with exact probability
-    exp(-eps (q_max - q_i) / (c * sens)) (CKS20 Alg. 1): rejection sampling from the exact law.
-    ``size=m`` draws m independent selections (an int64 array; the event is their m-fold
-    composition).
-    """
-    q = _real_array(scores)
-    if q.ndim != 1 or q.size == 0:
-        raise ValueError("scores must be a non-empty 1-D array")
-    sens = _positive(sensitivity, "sensitivity")
-    eps = _positive(epsilon, "epsilon")
-    e = _eps_fraction(eps)
-    k = 20 - math.frexp(sens)[1]  # sens * 2^k in [2^19, 2^20)
-    s = _to_grid(q, k)
-    sens_grid = math.floor(math.ldexp(sens, k)) + 1
-    c = 1 if monotonic else 2
-    den = e.denominator * c * sens_grid  # gamma_i = e_num (s_max - s_i) / den
-    gap = int(s.max()) - s  # >= 0, < 2^62
-    if int(gap.max()) * e.numerator < 2**62:  # vectorised exact integer arithmetic
-        num = gap * e.numerator
-        qq, rr = num // den, num % den
-    else:  # exact Python integers; q is capped at 2^62 (acceptance e^-(2^62): never happens)
-        qr = [divmod(int(v) * e.numerator, den) for v in gap]
-        qq = np.array([min(a, 2**62) for a, _ in qr], dtype=np.int64)
-        rr = np.array([b for _, b in qr], dtype=np.int64)
-    if size is not None and (int(size) != size or size < 1):
-        raise ValueError("size must be a positive integer")
-    m = 1 if size is None else int(size)
-    n = q.size
-    chosen = np.empty(m, dtype=np.int64)
-    pending = np.arange(m)
-    while pending.size:  # each pending selection proposes up to `per` uniform candidates
-        per = max(1, min(2 * n, (1 << 21) // pending.size))
-        idx = rng.integers(n, (pending.size, per))
-        ok = _bernoulli_exp_lazy(qq[idx.ravel()], rr[idx.ravel()], den, rng).reshape(idx.shape)
-        hit = ok.any(axis=1)
-        first = ok.argmax(axis=1)  # the first accepted proposal of an i.i.d. stream is exact
-        chosen[pending[hit]] = idx[hit, first[hit]]
-        pending = pending[~hit]
-    event = dp_event.DiscreteLaplaceDpEvent(noise_parameter=eps, sensitivity=1)
-    choice: int | np.ndarray
-    if size is None:
-        choice = int(chosen[0])
-    else:
-        choice, event = chosen, dp_event.SelfComposedDpEvent(event, m)
-    return Release(choice, event, {"epsilon": eps, "grid_bits": k, "monotonic": monotonic})
-
-
-# -- randomized response ------------------------------------------------------------------------
-def _rr_probs(k: int, epsilon: float) -> tuple[float, float]:
-    e = float(_eps_fraction(epsilon))
-    z = math.exp(e) + k - 1
-    return math.exp(e) / z, 1.0 / z
-
-
-def randomized_response(values: ArrayLike, *, k: int, epsilon: float, rng: SecureRNG) -> Release:
-    """k-ary (generalised) randomized response, each value in {0..k-1} (Warner 1965; Kairouz,
-    Oh & Viswanath 2016 for k > 2): keep with probability e^eps/(e^eps + k - 1), else report one
-    of the other k - 1 values uniformly. epsilon-local-DP per value (replace-one).
-
-    Exact: propose y uniform in {0..k-1}; accept y = v always and y != v with probability
-    exp(-eps) (CKS20 Alg. 1 on rational eps, rounded down to denominator 2^20).
-    """
-    if int(k) != k or k < 2:
-        raise ValueError("k must be an integer >= 2")
-    k = int(k)
-    eps = _positive(epsilon, "epsilon")
-    v = _int_array(values)
-    if v.size and (v.min() < 0 or v.max() >= k):
-        raise ValueError(f"values must lie in 0..{k - 1}")
-    e = _eps_fraction(eps)
-    flat = v.ravel()
-    out = np.empty_like(flat)
-    pending = np.arange(flat.size)
-    while pending.size:
-        y = rng.integers(k, pending.size)
-        acc = y == flat[pending]
-        other = np.flatnonzero(~acc)  # these are kept with probability exp(-eps)
-        m = other.size
-        acc[other] = _bernoulli_exp_lazy(np.full(m, e.numerator // e.denominator, np.int64),
-                                       np.full(m, e.numerator % e.denominator, np.int64),
-                                       e.denominator, rng)
-        out[pending[acc]] = y[acc]
-        pending = pending[~acc]
-    p = k / (math.exp(eps) + k - 1)  # dp-accounting: prob. of a uniformly random bucket
-    event = dp_event.RandomizedResponseDpEvent(noise_parameter=_down(p), num_buckets=k)
-    res = out.reshape(v.shape)
-    return Release(res if res.ndim else int(res), event, {"epsilon": eps, "k": k})
-
-
-def rr_frequencies(responses: ArrayLike, *, k: int, epsilon: float) -> np.ndarray:
-    """Unbiased estimate of the true frequency of each category from GRR responses:
-    pi_v = (f_v - q) / (p - q), f the observed frequencies, p = e^eps/(e^eps+k-1), q = 1/(e^eps+k-1)
-    (Wang et al. 2017, "Locally differentially private protocols for frequency estimation", eq. 2).
-    Uses the same rational epsilon as :func:`randomized_response`, so it is exactly unbiased."""
-    if int(k) != k or k < 2:
-        raise ValueError("k must be an integer >= 2")
-    k = int(k)
-    eps = _positive(epsilon, "epsilon")
-    r = _int_array(responses).ravel()
-    if r.size == 0:
-        raise ValueError("no responses")
-    if r.min() < 0 or r.max() >= k:
-        raise ValueError(f"responses must lie in 0..{k - 1}")
-    p, q = _rr_probs(k, eps)
-    f = np.bincount(r, minlength=k) / r.size
-    return (f - q) / (p - q)

@@ -21,13 +21,21 @@ Parameters are turned into rationals with bounded denominators, always rounding 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike
 
+from dpfed.core.bernoulli import (
+    bernoulli_exp,
+    bernoulli_exp_lazy,
+    collect_samples,
+    float_below,
+    geometric_exp_minus_one,
+    interval_below,
+    random_bits,
+    size_tuple,
+)
 from dpfed.core.rng import SecureRNG
 
 __all__ = [
@@ -36,6 +44,7 @@ __all__ = [
     "sample_discrete_gaussian",
     "sample_rounded_gaussian",
     "laplace_fraction",
+    "dg_sigma",
     "MAX_LAPLACE_SCALE",
     "MAX_GAUSSIAN_SIGMA",
 ]
@@ -43,163 +52,6 @@ __all__ = [
 MAX_LAPLACE_SCALE = 2**52   # numerator t of scale t/s; t*(V+1) stays far below 2**63
 MAX_GAUSSIAN_SIGMA = 2**28  # keeps the float filter deciding all but ~1e-5 of the proposals
 _LAPLACE_MAX_DEN = 2**20    # denominator bound for rational scales (rounded up)
-_FACT12 = math.factorial(12)  # 479001600 < 2**32: one 32-bit draw decides 12 steps of Alg. 1
-_FACT_THRESH = np.array([_FACT12 // math.factorial(k) for k in range(1, 13)], dtype=np.int64)
-
-
-def _size_tuple(size: int | tuple[int, ...]) -> tuple[int, ...]:
-    if isinstance(size, (int, np.integer)):
-        if size < 0:
-            raise ValueError("size must be non-negative")
-        return (int(size),)
-    size = tuple(int(s) for s in size)
-    if any(s < 0 for s in size):
-        raise ValueError("size must be non-negative")
-    return size
-
-
-def _collect(shape: tuple[int, ...], batch: Callable[[int], np.ndarray]) -> np.ndarray:
-    """Fill an int64 array of ``shape`` from ``batch(need)``, which returns i.i.d. accepted
-    samples (any number); a prefix of i.i.d. samples is i.i.d., so truncation keeps the law."""
-    n = int(np.prod(shape))
-    parts, have = [], 0
-    while have < n:
-        got = batch(n - have)[: n - have]
-        parts.append(got)
-        have += got.size
-    out = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-    return out.reshape(shape)
-
-
-def _bits(rng: SecureRNG, n: int) -> np.ndarray:
-    """``n`` fair coins (bool array) from ceil(n/8) keystream bytes."""
-    raw = np.frombuffer(rng.bytes((n + 7) // 8), dtype=np.uint8)
-    return np.unpackbits(raw, count=n).astype(bool)
-
-
-def _bernoulli_exp_minus_one(rng: SecureRNG, n: int) -> np.ndarray:
-    """``n`` exact Bernoulli(exp(-1)) draws (CKS20 Alg. 1 with gamma = 1).
-
-    Alg. 1 stops at the first K with Bernoulli(1/K) = 0 and returns [K odd]; P(K > k) = 1/k!.
-    One uniform M in [0, 12!) decides the first 12 steps at once (K > k  <=>  M < 12!/k!, exact
-    because k! divides 12!); the 1 in 12! chains that survive continue one step at a time.
-    """
-    return _exp_minus_one_from_uniform(rng.integers(_FACT12, n), rng)
-
-
-def _exp_minus_one_from_uniform(m: np.ndarray, rng: SecureRNG) -> np.ndarray:
-    """[K odd] for Alg. 1 with gamma = 1, from M uniform on [0, 12!) (see above)."""
-    # K = 2 <=> M in [12!/2, 12!) (even); K = 3 <=> M in [12!/6, 12!/2) (odd); 1/24 go on
-    out: np.ndarray = (m < _FACT_THRESH[1]) & (m >= _FACT_THRESH[2])
-    rest = np.flatnonzero(m < _FACT_THRESH[3])
-    if rest.size:
-        # K = 1 + #{k in 1..12 : M < 12!/k!}   (thresholds decrease in k)
-        k = 1 + np.searchsorted(-_FACT_THRESH, -m[rest], side="left")
-        long = np.flatnonzero(k > 12)
-        if long.size:  # probability 1/12! per draw: continue Algorithm 1 sequentially
-            kk = np.full(long.size, 13, dtype=np.int64)
-            pending = np.arange(long.size)
-            while pending.size:
-                a = rng.integers(kk[pending]) < 1  # Bernoulli(1/K)
-                pending = pending[a]
-                kk[pending] += 1
-            k[long] = kk
-        out[rest] = (k & 1).astype(bool)
-    return out
-
-
-def _geometric_exp_minus_one(rng: SecureRNG, n: int) -> np.ndarray:
-    """V >= 0 with P(V = v) = (1 - e^-1) e^-v: count Bernoulli(e^-1) successes before a failure."""
-    v = np.zeros(n, dtype=np.int64)
-    pending = np.arange(n)
-    while pending.size:
-        ok = _bernoulli_exp_minus_one(rng, pending.size)
-        pending = pending[ok]
-        v[pending] += 1
-    return v
-
-
-def _float_below(w: np.ndarray, a: np.ndarray, err: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
-    """Float filter of [U < a] for U in [w, w+1) / 2^32 (w uint32 or its float64 copy), ``a``
-    known to within ``err``: (surely below, surely not below); neither means undecided.
-    Products by 2^32 are exact, and w + 1 <= 2^32 is an exact float."""
-    wf = np.asarray(w, dtype=np.float64)
-    return wf + 1.0 <= (a - err) * 2.0**32, wf >= (a + err) * 2.0**32
-
-
-def _iv_below(w: int, nu: int, a: Any) -> bool | None:
-    """[U < a] for U in [w, w+1) / 2^nu against the mpmath interval ``a``: True or False when
-    the intervals decide it, None when more bits of U (or a tighter ``a``) are needed."""
-    from mpmath import iv
-
-    u = iv.mpf([w, w + 1]) / iv.mpf(2) ** nu
-    if u.b <= a.a:
-        return True
-    if u.a >= a.b:
-        return False
-    return None
-
-
-def _bernoulli_exp_lazy(q: np.ndarray | None, r: np.ndarray, den: int | np.ndarray,
-                        rng: SecureRNG) -> np.ndarray:
-    """Exact Bernoulli(exp(-(q + r/den))) for int64 arrays q >= 0 (or None),
-    0 <= r < den < 2**62 (den a scalar or an array), by lazy
-    comparison: the coin is [U < e^{-gamma}] for a uniform real U of which only 32 bits are drawn.
-
-    Float filter: gamma_f = q + r/den has relative error <= 2^-50 (int64 -> float64 conversions,
-    one division, one addition), so a = exp(-gamma_f) is within a (gamma 2^-50 + 16 ulp) <=
-    2^-50/e + 2^-48 < 2^-46 of e^{-gamma} (a gamma <= 1/e). Where U's 2^-32-wide interval clears a by that margin
-    the decision is proven; the rest (~2^-31 of the coins) draws more bits of U and compares with
-    mpmath interval arithmetic on the exact rational gamma. Several times faster than CKS20
-    Algorithm 1's chain of Bernoulli(gamma/k) coins, with the identical (exact) law.
-    """
-    n = r.size
-    gamma = r.astype(np.float64)
-    gamma /= den if np.ndim(den) == 0 else np.asarray(den, dtype=np.float64)
-    if q is not None:
-        gamma += q
-    a = np.exp(-gamma, out=gamma)
-    w = rng._uint32(n)
-    out, above = _float_below(w, a, 2.0**-46)
-    undecided = ~(out | above)
-    for i in np.flatnonzero(undecided):
-        d = int(den) if np.ndim(den) == 0 else int(np.asarray(den)[i])
-        num = (int(q[i]) if q is not None else 0) * d + int(r[i])
-        out[i] = _uniform_below_exp(int(w[i]), num, d, rng)
-    return out
-
-
-def _uniform_below_exp(w: int, num: int, den: int, rng: SecureRNG) -> bool:
-    """[U < exp(-num/den)] for U = (w + U')/2^32, drawing U' lazily (32 bits at a time) and
-    deciding with outward-rounded mpmath intervals."""
-    from mpmath import iv
-
-    nu, prec = 32, 96
-    while True:
-        iv.prec = prec
-        below = _iv_below(w, nu, iv.exp(-(iv.mpf(num) / iv.mpf(den))))
-        if below is not None:
-            return below
-        w = (w << 32) | int(rng._uint32(1)[0])
-        nu += 32
-        prec += 64
-
-
-def bernoulli_exp(gamma_num: ArrayLike, gamma_den: ArrayLike, rng: SecureRNG) -> np.ndarray:
-    """Exact Bernoulli(exp(-num/den)), vectorised (lazy comparison, see :func:`_bernoulli_exp_lazy`).
-
-    ``gamma_num >= 0`` and ``0 < gamma_den < 2**62`` are integers or int64 arrays (broadcast).
-    """
-    num = np.asarray(gamma_num)
-    den = np.asarray(gamma_den)
-    if num.dtype.kind not in "iu" or den.dtype.kind not in "iu":
-        raise ValueError("bernoulli_exp needs integer numerators and denominators")
-    num, den = np.broadcast_arrays(num.astype(np.int64), den.astype(np.int64))
-    if np.any(num < 0) or np.any(den <= 0) or np.any(den >= 2**62):
-        raise ValueError("bernoulli_exp needs num >= 0 and 0 < den < 2**62")
-    shape = num.shape
-    num, den = num.ravel(), den.ravel()
-    return _bernoulli_exp_lazy(num // den, num % den, den, rng).reshape(shape)
 
 
 def _check_positive_param(x: float | Fraction, name: str) -> Fraction:
@@ -241,7 +93,7 @@ def sample_discrete_laplace(scale: float | Fraction, size: int | tuple[int, ...]
     frac = laplace_fraction(scale)
     t, s = frac.numerator, frac.denominator
     # oversample by the exact acceptance rate (+2%); any shortfall gets another pass
-    return _collect(_size_tuple(size), lambda need: _laplace_candidates(
+    return collect_samples(size_tuple(size), lambda need: _laplace_candidates(
         t, s, int(need / _laplace_acceptance(t, s) * 1.02) + 32, rng))
 
 
@@ -258,13 +110,13 @@ def _laplace_candidates(t: int, s: int, m: int, rng: SecureRNG) -> np.ndarray:
     if t > 1:
         # U on [0, t) with P(U = u) ∝ exp(-u/t): uniform U kept with probability exp(-U/t)
         u = rng.integers(t, m)
-        u = u[_bernoulli_exp_lazy(None, u, t, rng)]
+        u = u[bernoulli_exp_lazy(None, u, t, rng)]
     else:
         u = np.zeros(m, dtype=np.int64)
-    v = _geometric_exp_minus_one(rng, u.size)
+    v = geometric_exp_minus_one(rng, u.size)
     x = u + t * v          # P(X = x) ∝ exp(-x/t)
     y = x // s if s > 1 else x   # geometric with ratio exp(-s/t)
-    b = _bits(rng, y.size)
+    b = random_bits(rng, y.size)
     bad = b & (y == 0)     # reject "-0" so zero is not counted twice
     if bad.any():
         ok = ~bad
@@ -273,7 +125,7 @@ def _laplace_candidates(t: int, s: int, m: int, rng: SecureRNG) -> np.ndarray:
     return signed
 
 
-def _dg_sigma(sigma: float | Fraction) -> float:
+def dg_sigma(sigma: float | Fraction) -> float:
     """sigma as a float, rounded *up* if it is a non-dyadic Fraction (never less noise)."""
     f = _check_positive_param(sigma, "sigma")
     if f > MAX_GAUSSIAN_SIGMA:
@@ -304,14 +156,14 @@ def sample_discrete_gaussian(sigma: float | Fraction, size: int | tuple[int, ...
     more random bits, as in :func:`sample_rounded_gaussian`; the law is exact, not approximate.
     ``sigma`` above 2^28 is refused (the float filter would defer too often).
     """
-    sig = _dg_sigma(sigma)
+    sig = dg_sigma(sigma)
     t, m = _dg_envelope(sig)
     inv2s2 = 1.0 / (2.0 * sig * sig)
     acc = min(1.0, math.sqrt(2 * math.pi) * sig / (2 * t * math.exp(m)))
 
     def batch(need: int) -> np.ndarray:
         k = int(need / max(acc, 0.05) * 1.05) + 32  # batch size only: any value keeps the law exact
-        v, w, sign = rng.uint64(k), rng._uint32(k), _bits(rng, k)
+        v, w, sign = rng.uint64(k), rng._uint32(k), random_bits(rng, k)
         decided, keep, r = np.zeros(k, bool), np.zeros(k, bool), np.zeros(k, np.int64)
         for lo in range(0, k, _RG_CHUNK):
             sl = slice(lo, lo + _RG_CHUNK)
@@ -322,7 +174,7 @@ def sample_discrete_gaussian(sigma: float | Fraction, size: int | tuple[int, ...
                 keep[i], r[i] = True, got
         return r[keep]
 
-    return _collect(_size_tuple(size), batch)
+    return collect_samples(size_tuple(size), batch)
 
 
 def _dg_float_decide(v: np.ndarray, w: np.ndarray, neg: np.ndarray, t: float, m: float,
@@ -348,7 +200,7 @@ def _dg_float_decide(v: np.ndarray, w: np.ndarray, neg: np.ndarray, t: float, m:
     err_g = err_copy + 2.0**-49 * (m + q + e_copy)
     a = np.exp(-gamma, out=gamma)
     err_a = a * err_g + 2.0**-47
-    accept, reject = _float_below(w, a, err_a)
+    accept, reject = float_below(w, a, err_a)
     decided = cell_ok & (accept | reject) & ~wide
     return decided, accept & decided, r.astype(np.int64)
 
@@ -371,7 +223,7 @@ def _dg_exact_one(v: int, w: int, neg: bool, t: float, sigma: float, m: float,
             if lo == hi:
                 r = lo
                 gamma = iv.mpf(m) + iv.mpf(r) ** 2 / (2 * iv.mpf(sigma) ** 2) - e
-                below = _iv_below(w, nu, iv.exp(-gamma))
+                below = interval_below(w, nu, iv.exp(-gamma))
                 if below is not None:
                     return r if below else None
         v = (v << 64) | int(rng.uint64(1)[0])
@@ -453,7 +305,7 @@ def _rg_float_decide(v: np.ndarray, w: np.ndarray, sigma: float
     a = np.exp(dev, out=dev)
     err_a = 1.34 * err_e
     err_a += 2.0**-45
-    accept, reject = _float_below(w, a, err_a)
+    accept, reject = float_below(w, a, err_a)
     round_ok, r = _round_scaled(ef, err_e, sigma)
     decided = reject | (accept & round_ok)
     decided &= ~wide
@@ -473,7 +325,7 @@ def _rg_interval_decide(v: int, nv: int, w: int, nu: int, sigma: float, prec: in
         return "more", 0
     e = -iv.log(iv.mpf([v, v + 1]) / iv.mpf(2) ** nv)
     if not accepted:
-        below = _iv_below(w, nu, iv.exp(-((e - 1) ** 2) / 2))
+        below = interval_below(w, nu, iv.exp(-((e - 1) ** 2) / 2))
         if below is None:
             return "more", 0
         if not below:
@@ -531,7 +383,7 @@ def sample_rounded_gaussian(sigma: float, size: int | tuple[int, ...], rng: Secu
 
     def batch(need: int) -> np.ndarray:
         m = need if _exact_only else int(need / _RG_ACCEPT * 1.02) + 32
-        v, w, sign = rng.uint64(m), rng._uint32(m), _bits(rng, m)
+        v, w, sign = rng.uint64(m), rng._uint32(m), random_bits(rng, m)
         decided, keep, r = np.zeros(m, bool), np.zeros(m, bool), np.zeros(m, np.int64)
         for lo in range(0, 0 if _exact_only else m, _RG_CHUNK):
             sl = slice(lo, lo + _RG_CHUNK)
@@ -542,5 +394,4 @@ def sample_rounded_gaussian(sigma: float, size: int | tuple[int, ...], rng: Secu
                 keep[i], r[i] = True, got
         return np.where(sign[keep], -r[keep], r[keep])
 
-    return _collect(_size_tuple(size), batch)
-
+    return collect_samples(size_tuple(size), batch)

@@ -31,7 +31,7 @@ from dpfed.algorithms.contract import Aggregate, JobSpec, Released
 from dpfed.algorithms.driver import drive
 from dpfed.algorithms.registry import get_algorithm
 from dpfed.core import accounting
-from dpfed.core.accounting import EpsilonDeltaDpEvent
+from dpfed.core.accounting import EpsilonDeltaBoundDpEvent
 from dpfed.core.ledger import BudgetLedger
 from dpfed.data.schema import Schema
 from dpfed.federation.session import PartyContext, TaskError, decide
@@ -47,7 +47,7 @@ def _pld_eps(event: dpa.DpEvent, delta: float) -> float:
         acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
         acc.compose(event)
         return acc.get_epsilon(delta)
-    except Exception:  # noqa: BLE001 - EpsilonDeltaDpEvent: dp_accounting has no class for it
+    except Exception:  # noqa: BLE001 - EpsilonDeltaBoundDpEvent: dp_accounting has no class for it
         return accounting.epsilon(event, delta)
 
 
@@ -124,7 +124,7 @@ def _lvq_expected(spec: JobSpec) -> dpa.DpEvent:
     eps1, cf, q = 0.2 * spec.epsilon, 0.05, p["sampling_rate"]
     steps = round(p["epochs"] / q)
     if p["init"] == "laplace":
-        init = [DiscreteLaplaceDpEvent(cf * eps1, 1), EpsilonDeltaDpEvent((1 - cf) * eps1, 0.0)]
+        init = [DiscreteLaplaceDpEvent(cf * eps1, 1), EpsilonDeltaBoundDpEvent((1 - cf) * eps1, 0.0)]
     else:
         z1 = _gauss_z(eps1, spec.delta)
         init = [dpa.GaussianDpEvent(z1)] if p["init"] == "zero" else [
@@ -162,7 +162,7 @@ def _km_expected(spec: JobSpec) -> dpa.DpEvent:
     def event(x):
         ev = [DiscreteLaplaceDpEvent(0.02 * eps, 1)] if sa else []
         if sa:
-            ev.append(EpsilonDeltaDpEvent(x * eps * w, delta / 2) if p["aggregator"] == "coa"
+            ev.append(EpsilonDeltaBoundDpEvent(x * eps * w, delta / 2) if p["aggregator"] == "coa"
                       else dpa.GaussianDpEvent(c / (x * eps * w)))
         for _ in range(steps):
             ev += [dpa.GaussianDpEvent(c / (x * eps * (1 - w) / steps)), DiscreteLaplaceDpEvent(0.05 * eps / steps, 1)]
@@ -281,8 +281,8 @@ def _halve(ev: dpa.DpEvent) -> dpa.DpEvent:
         return dpa.LaplaceDpEvent(ev.noise_multiplier / 2)
     if isinstance(ev, DiscreteLaplaceDpEvent):
         return DiscreteLaplaceDpEvent(ev.noise_parameter * 2, ev.sensitivity)
-    if isinstance(ev, EpsilonDeltaDpEvent):
-        return EpsilonDeltaDpEvent(ev.epsilon * 2, ev.delta)
+    if isinstance(ev, EpsilonDeltaBoundDpEvent):
+        return EpsilonDeltaBoundDpEvent(ev.epsilon * 2, ev.delta)
     raise AssertionError(f"no halving for {ev}")
 
 

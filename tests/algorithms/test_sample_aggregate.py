@@ -185,7 +185,7 @@ def test_center_of_attention_release_noise_scale() -> None:
 def test_epsilon_delta_event_spend_equals_claim_in_ledger() -> None:
     """The generic (eps, delta) pair is charged exactly: alone it is (eps, delta); composed with
     pure events it never exceeds basic composition; the RDP accountant refuses it."""
-    ev = accounting.EpsilonDeltaDpEvent(0.7, 4e-7)
+    ev = accounting.EpsilonDeltaBoundDpEvent(0.7, 4e-7)
     assert accounting.epsilon(ev, 4e-7) == pytest.approx(0.7, abs=1e-9)
     assert accounting.epsilon(ev, 1e-7) == math.inf
     both = accounting.compose([ev, dp_event.DiscreteLaplaceDpEvent(0.3, 1)])
@@ -193,7 +193,7 @@ def test_epsilon_delta_event_spend_equals_claim_in_ledger() -> None:
     assert accounting.event_from_json(accounting.event_to_json(both)) == both
     with BudgetLedger(":memory:", epsilon_limit=1.0, delta_limit=4e-7) as led:
         assert led.charge("job", both) <= 1.0 + 1e-9
-        assert led.would_exceed(accounting.EpsilonDeltaDpEvent(0.1, 1e-9))
+        assert led.would_exceed(accounting.EpsilonDeltaBoundDpEvent(0.1, 1e-9))
     with pytest.raises(accounting.AccountingError):
         accounting.epsilon(ev, 1e-6, accountant="rdp")
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from scipy.stats import norm
 
 from dpfed.core import accounting as A
+from dpfed.core import composition
 
 # ----------------------------------------------------------------- anchors / dp-accounting
 
@@ -264,9 +265,9 @@ def test_repeated_randomized_response_is_counted_under_pld():
 
 
 def test_epsilon_delta_event_is_the_claimed_pair():
-    """EpsilonDeltaDpEvent (added for sample-and-aggregate): composed as the worst
+    """EpsilonDeltaBoundDpEvent (added for sample-and-aggregate): composed as the worst
     (eps, delta)-DP pair (Kairouz-Oh-Viswanath), so at its own delta it costs its epsilon."""
-    ev = A.EpsilonDeltaDpEvent(0.7, 4e-7)
+    ev = A.EpsilonDeltaBoundDpEvent(0.7, 4e-7)
     assert A.event_from_json(A.event_to_json(ev)) == ev
     assert A.epsilon(ev, 4e-7) == pytest.approx(0.7, rel=1e-3)
     k2 = A.compose([ev, ev])
@@ -287,5 +288,5 @@ def test_within_fast_path_is_exact_equality_only():
     assert A.within([weaker], plan) == [weaker]
     other = E.PoissonSampledDpEvent(0.01, E.LaplaceDpEvent(0.675))
     assert A.within([other], plan) == [other]
-    assert not A._same_event(E.GaussianDpEvent(True), E.GaussianDpEvent(1.0))
-    assert not A._same_event(E.GaussianDpEvent(math.nan), E.GaussianDpEvent(math.nan))
+    assert not composition._same_event(E.GaussianDpEvent(True), E.GaussianDpEvent(1.0))
+    assert not composition._same_event(E.GaussianDpEvent(math.nan), E.GaussianDpEvent(math.nan))

@@ -15,6 +15,7 @@ import pytest
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_acc
 from scipy import linalg, special, stats
 
+from dpfed.core import accountants, events, rotation
 from dpfed.core import distributed_noise as dn
 from dpfed.core.dgauss_alias import sample_discrete_gaussian_alias
 from dpfed.core.rng import SecureRNG
@@ -38,7 +39,7 @@ def unit_rows(m: int, d: int, seed: int, norm: float = 1.0) -> np.ndarray:
 @pytest.mark.parametrize("n", [1, 2, 64, 128, 256, 2048])
 def test_fwht_is_sylvester_hadamard(n):
     x = np.random.default_rng(n).normal(size=(3, n))
-    np.testing.assert_allclose(dn.fwht(x), x @ linalg.hadamard(n), rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(rotation.fwht(x), x @ linalg.hadamard(n), rtol=1e-12, atol=1e-9)
 
 
 def test_fwht_three_stages_by_columns():
@@ -50,7 +51,7 @@ def test_fwht_three_stages_by_columns():
     i = np.arange(n)
     parity = [sum(((i & j) >> b) & 1 for b in range(20)) & 1 for j in cols]
     want = 1.0 - 2.0 * np.array(parity)
-    np.testing.assert_array_equal(dn.fwht(e), want)
+    np.testing.assert_array_equal(rotation.fwht(e), want)
 
 
 def test_rotation_is_orthogonal_public_and_inverted():
@@ -224,7 +225,7 @@ def test_float32_rotation_is_the_float64_one_to_single_precision(d):
     x = unit_rows(3, d, 9, norm=50.0)
     want = dn.rotate(x, seed)
     got = x.astype(np.float32)
-    dn._rotate_inplace(got, seed)
+    rotation.rotate_inplace(got, seed)
     assert got.dtype == np.float32
     err = np.linalg.norm(got.astype(np.float64) - want, axis=1)
     assert (err <= 2.0**-19 * 50.0).all()
@@ -437,12 +438,12 @@ def test_ddgauss_rdp_bounds_exact_divergence_of_the_sum(sigma, n):
     logp = log_sum_pmf(sigma, n)
     for delta in (1, 2, 3):
         exact = np.array([renyi(logp, shifted(logp, delta), a) for a in ORDERS])
-        bound = dn.ddgauss_rdp(ORDERS, sigma, n, delta, delta, 1)
+        bound = events.ddgauss_rdp(ORDERS, sigma, n, delta, delta, 1)
         assert (bound >= exact * (1 - 1e-9)).all(), (delta, bound, exact)
         if sigma >= 1:  # tau is negligible here: the bound is tight (the Gaussian's value)
             np.testing.assert_allclose(bound, exact, rtol=0.02)
     exact2 = 2 * np.array([renyi(logp, shifted(logp, 1), a) for a in ORDERS])
-    assert (dn.ddgauss_rdp(ORDERS, sigma, n, math.sqrt(2), 2, 2) >= exact2 * (1 - 1e-9)).all()
+    assert (events.ddgauss_rdp(ORDERS, sigma, n, math.sqrt(2), 2, 2) >= exact2 * (1 - 1e-9)).all()
 
 
 def test_the_tau_term_is_needed():
@@ -465,8 +466,8 @@ def test_subsampled_bound_dominates_exact_subsampled_divergence(q, sigma, n, shi
     remove = np.array([renyi(mix, logp, a) for a in ORDERS])
     add = np.array([renyi(logp, mix, a) for a in ORDERS])
     assert (add <= remove * (1 + 1e-9) + 1e-15).all(), (add, remove)  # the lemma, on real pmfs
-    event = dn.DistributedDiscreteGaussianDpEvent(sigma, n, float(shift), float(shift), 1)
-    bound = dn.event_rdp(event, ORDERS, q)
+    event = events.DistributedDiscreteGaussianDpEvent(sigma, n, float(shift), float(shift), 1)
+    bound = events.event_rdp(event, ORDERS, q)
     assert (bound >= np.maximum(add, remove) * (1 - 1e-9)).all(), (bound, add, remove)
     if sigma >= 1:  # tau ~ 0: the bound is the exact remove-direction value, to within 2 %
         np.testing.assert_allclose(bound, remove, rtol=0.02)
@@ -500,9 +501,9 @@ def test_subsampled_bound_on_the_gaussian_curve_is_dp_accountings_sampled_gaussi
     """The binomial bound applied to the Gaussian's RDP alpha / (2 sigma^2) is dp-accounting's RDP of
     the Poisson-subsampled Gaussian (Mironov, Talwar & Zhang 2019, its own code path) at every integer
     order, to 1e-9: no floor and no factor 3 (Zhu & Wang's general bound was up to 32 % looser in epsilon)."""
-    orders = dn.RDP_ORDERS
+    orders = events.RDP_ORDERS
     exact = rdp_acc._compute_rdp_poisson_subsampled_gaussian(q, sigma, orders)
-    bound = dn.poisson_subsampled_rdp(lambda a: a / (2 * sigma ** 2), q, orders)
+    bound = events.poisson_subsampled_rdp(lambda a: a / (2 * sigma ** 2), q, orders)
     np.testing.assert_allclose(bound, exact, rtol=1e-9, atol=1e-300)
 
 
@@ -510,11 +511,11 @@ def test_large_sigma_matches_the_continuous_gaussian():
     """tau -> 0: the sum of n shares is charged as a Gaussian of sd sqrt(n) sigma (dp-accounting's
     RDP accountant, same orders), for single releases and Poisson-subsampled ones."""
     n, sigma, l2, d = 10, 40.0, 100.0, 10**6
-    assert dn.ddgauss_tau(sigma, n) < 1e-300
-    ev = dn.DistributedDiscreteGaussianDpEvent(sigma, n, l2, l2 * 50, d)
+    assert events.ddgauss_tau(sigma, n) < 1e-300
+    ev = events.DistributedDiscreteGaussianDpEvent(sigma, n, l2, l2 * 50, d)
     nm = math.sqrt(n) * sigma / l2
     for q, steps in [(1.0, 1), (1.0, 20), (0.01, 2000)]:
-        acc = rdp_acc.RdpAccountant(orders=[float(a) for a in dn.RDP_ORDERS])
+        acc = rdp_acc.RdpAccountant(orders=[float(a) for a in events.RDP_ORDERS])
         from dp_accounting import dp_event
         g = dp_event.GaussianDpEvent(nm)
         acc.compose(dp_event.SelfComposedDpEvent(g if q == 1 else dp_event.PoissonSampledDpEvent(q, g),
@@ -526,14 +527,14 @@ def test_large_sigma_matches_the_continuous_gaussian():
 
 def test_one_party_is_the_discrete_gaussian():
     """n = 1 (tau = 0): rho = Delta^2 / (2 sigma^2), CKS20 Prop. 5 (as dpfed charges it)."""
-    bound = dn.ddgauss_rdp(ORDERS, 2.5, 1, 3.0, 3.0, 1)
+    bound = events.ddgauss_rdp(ORDERS, 2.5, 1, 3.0, 3.0, 1)
     np.testing.assert_allclose(bound, ORDERS * 9 / (2 * 6.25), rtol=1e-12)
 
 
 def test_event_rdp_at_fractional_orders_takes_the_next_integer():
-    ev = dn.DistributedDiscreteGaussianDpEvent(3.0, 4, 50.0, 500.0, 1024)
-    frac = dn.event_rdp(ev, np.array([1.25, 2.0, 2.5, 7.1]), 0.02)
-    ints = dn.event_rdp(ev, np.array([2, 2, 3, 8]), 0.02)
+    ev = events.DistributedDiscreteGaussianDpEvent(3.0, 4, 50.0, 500.0, 1024)
+    frac = events.event_rdp(ev, np.array([1.25, 2.0, 2.5, 7.1]), 0.02)
+    ints = events.event_rdp(ev, np.array([2, 2, 3, 8]), 0.02)
     np.testing.assert_array_equal(frac, ints)
 
 
@@ -547,7 +548,7 @@ def test_calibration_meets_the_target_and_colluders_cost_noise():
     assert 3 * s3 ** 2 == pytest.approx(s1 ** 2, rel=1e-3)
 
     def eps(s):
-        ev = dn.DistributedDiscreteGaussianDpEvent(s, 3, kw["l2_sensitivity"], kw["l1_sensitivity"],
+        ev = events.DistributedDiscreteGaussianDpEvent(s, 3, kw["l2_sensitivity"], kw["l1_sensitivity"],
                                                    kw["dimension"])
         return dn.ddgauss_epsilon(ev, 1e-5, sampling_rate=0.01, steps=1000)
 
@@ -582,7 +583,7 @@ def test_accounting_composes_serialises_and_charges_the_event():
     ev = plan.event()
     assert accounting.event_from_json(accounting.event_to_json(ev)) == ev
     # dpfed's RDP accountant on this module's orders gives exactly this module's epsilon
-    acc = accounting._RDPAccountant(orders=[float(a) for a in dn.RDP_ORDERS])
+    acc = accountants._RDPAccountant(orders=[float(a) for a in events.RDP_ORDERS])
     acc.compose(ev)
     inner = ev.event.event
     assert acc.get_epsilon(1e-5) == pytest.approx(
@@ -591,7 +592,7 @@ def test_accounting_composes_serialises_and_charges_the_event():
     eps = accounting.epsilon(ev, 1e-5, accountant="rdp")
     assert 0.95 < eps < 1.05
     # composition with another release adds RDP curves
-    both = accounting.compose([ev, accounting.DiscreteGaussianDpEvent(30.0, 1)])
+    both = accounting.compose([ev, accounting.ScalarDiscreteGaussianDpEvent(30.0, 1)])
     assert accounting.epsilon(both, 1e-5, accountant="rdp") > eps
     with pytest.raises(accounting.AccountingError, match="rdp"):
         accounting.epsilon(ev, 1e-5, accountant="pld")
@@ -613,7 +614,7 @@ def test_many_subsampled_rounds_have_no_epsilon_floor():
     from dpfed.algorithms import secure_noise as sn
 
     def gauss_eps(z: float) -> float:
-        acc = rdp_acc.RdpAccountant(orders=[float(a) for a in dn.RDP_ORDERS])
+        acc = rdp_acc.RdpAccountant(orders=[float(a) for a in events.RDP_ORDERS])
         acc.compose(dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(z)), 5000)
         return float(acc.get_epsilon(1e-5))
 
@@ -664,8 +665,8 @@ def test_party_rounding_bound_dominates_the_real_mechanisms_divergence(sigma, n,
             p0, p1 = _rounded_law(logp, y), _rounded_law(logp, y + v)
             mix = p1 if q == 1 else np.logaddexp(math.log1p(-q) + p0, math.log(q) + p1)
             exact = np.array([max(renyi(mix, p0, a), renyi(p0, mix, a)) for a in ORDERS])
-            ev = dn.DistributedDiscreteGaussianDpEvent(sigma, n, abs(v), abs(v), 1, "party")
-            bound = dn.event_rdp(ev, ORDERS, q)
+            ev = events.DistributedDiscreteGaussianDpEvent(sigma, n, abs(v), abs(v), 1, "party")
+            bound = events.event_rdp(ev, ORDERS, q)
             assert (bound >= exact * (1 - 1e-9)).all(), (y, v, bound, exact)
             if q == 1:
                 naive_violated |= bool((exact > ORDERS * v * v / (2 * n * sigma ** 2)).any())
@@ -759,5 +760,5 @@ def test_party_rounding_rests_on_an_exact_per_coordinate_inequality():
     t = ls * (ls - 1) / (2 * n * sigma ** 2)
     v = delta / math.sqrt(d)
     per = (t + t * t) * (v * v + 0.25) + t * slack * (2 * v + 1)
-    want = dn.ddgauss_tau(sigma, n) * d + d * per / (ls - 1)
-    np.testing.assert_allclose(dn.party_rounding_rdp(ls, sigma, n, delta, d), want, rtol=1e-12)
+    want = events.ddgauss_tau(sigma, n) * d + d * per / (ls - 1)
+    np.testing.assert_allclose(events.party_rounding_rdp(ls, sigma, n, delta, d), want, rtol=1e-12)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpfed.core import samplers
+from dpfed.core import bernoulli, samplers
 from dpfed.core.rng import SecureRNG
 from dpfed.core.samplers import sample_rounded_gaussian
 from sampler_checks import chi2_pvalue, dgauss_pmf
@@ -132,7 +132,7 @@ def test_lazy_bernoulli_exact_fallback_has_the_conditional_law():
     w = math.floor(a * 2**32)
     cond = a * 2**32 - w
     r = rng("fallback")
-    hits = sum(samplers._uniform_below_exp(w, 1, 3, r) for _ in range(3000))
+    hits = sum(bernoulli._uniform_below_exp(w, 1, 3, r) for _ in range(3000))
     assert stats.binomtest(hits, 3000, cond).pvalue > ALPHA
     assert abs(cond - a) > 0.05  # the test distinguishes the conditional law from a
 
@@ -143,7 +143,7 @@ def test_discrete_gaussian_exact_path_alone_has_the_law():
     sigma = 1.3
     t, m = samplers._dg_envelope(sigma)
     r = rng("dg-exact")
-    v, w, neg = r.uint64(4000), r._uint32(4000), samplers._bits(r, 4000)
+    v, w, neg = r.uint64(4000), r._uint32(4000), bernoulli.random_bits(r, 4000)
     got = [samplers._dg_exact_one(int(a), int(b), bool(c), t, sigma, m, r) for a, b, c in zip(v, w, neg, strict=True)]
     x = np.array([g for g in got if g is not None], dtype=np.int64)
     assert 0.5 < x.size / 4000 < 0.8  # acceptance ~0.76 exp(-1/(2 sigma)) = 0.52..0.8
@@ -155,7 +155,7 @@ def test_discrete_gaussian_exact_path_alone_has_the_law():
 def test_discrete_gaussian_filter_agrees_with_interval_arithmetic(sigma):
     t, m = samplers._dg_envelope(sigma)
     r = rng(f"dg-agree{sigma}")
-    v, w, neg = r.uint64(1500), r._uint32(1500), samplers._bits(r, 1500)
+    v, w, neg = r.uint64(1500), r._uint32(1500), bernoulli.random_bits(r, 1500)
     decided, accepted, out = samplers._dg_float_decide(v, w, neg, t, m, 1.0 / (2 * sigma * sigma))
     assert decided.mean() > 0.999
 

@@ -295,3 +295,34 @@ def _drain(fd: int) -> bytes:
             break
         out += chunk
     return out
+
+
+#: Charges as the release before the rename of dpfed's events stored them (output of that release's
+#: ``event_to_json``, copied verbatim): the classes were then called EpsilonDeltaDpEvent and
+#: DiscreteGaussianDpEvent.
+_OLD_PLAN = ('{"class_name":"ComposedDpEvent","events":[{"class_name":"SelfComposedDpEvent","count":2,"event":'
+             '{"class_name":"DiscreteGaussianDpEvent","sensitivity":2,"sigma":30.0}},'
+             '{"class_name":"EpsilonDeltaDpEvent","delta":1e-07,"epsilon":0.5}]}')
+_OLD_EPSILON = 0.8080134920247021  # that release's ledger total at delta 1e-5, grid 1e-4
+
+
+def test_ledger_of_the_previous_release_still_loads(tmp_path):
+    """A ledger written before EpsilonDeltaDpEvent / DiscreteGaussianDpEvent were renamed is read with the
+    new classes: the same total as that release computed, a repeat of its charge id with the same event
+    (now spelled with the new names) is recognised as the same charge, and new charges compose with it."""
+    path = tmp_path / "old.db"
+    BudgetLedger(path, epsilon_limit=5.0, delta_limit=1e-5).close()  # the schema (unchanged since)
+    with sqlite3.connect(path) as c:
+        c.execute("INSERT INTO charges (charge_id, job, event, epsilon_after, epsilon_limit, delta_limit, created_at)"
+                  " VALUES ('j:plan', 'j', ?, ?, 5.0, 1e-5, 0.0)", (_OLD_PLAN, _OLD_EPSILON))
+    plan = A.compose([A.EpsilonDeltaBoundDpEvent(0.5, 1e-7), A.ScalarDiscreteGaussianDpEvent(30.0, 2),
+                      A.ScalarDiscreteGaussianDpEvent(30.0, 2)])
+    assert "EpsilonDeltaDpEvent" not in A.event_to_json(plan)  # written under the new names only
+    with BudgetLedger(path, epsilon_limit=5.0, delta_limit=1e-5) as led:
+        assert led.spent() == pytest.approx(_OLD_EPSILON, rel=1e-12)
+        assert led.charge("j", plan, charge_id="j:plan") == pytest.approx(_OLD_EPSILON, rel=1e-12)
+        assert led.charge_ids() == ["j:plan"]  # the repeat charged nothing
+        with pytest.raises(ValueError, match="different job or event"):
+            led.charge("j", A.EpsilonDeltaBoundDpEvent(0.5, 1e-7), charge_id="j:plan")
+        after = led.charge("k", A.EpsilonDeltaBoundDpEvent(0.5, 1e-7))
+        assert after == pytest.approx(A.epsilon(A.compose([plan, A.EpsilonDeltaBoundDpEvent(0.5, 1e-7)]), 1e-5))

@@ -148,7 +148,7 @@ def test_discrete_gaussian_event_is_the_exact_discrete_pld(sigma, sens, m):
     one record moves (plus a 2e-30 truncation delta), not a continuous stand-in."""
     r = discrete_gaussian(np.zeros(4, dtype=int), sensitivity=sens, coordinates=m, sigma=sigma, rng=rng("dg-ev"))
     one = r.event if m == 1 else r.event.event
-    assert isinstance(one, accounting.DiscreteGaussianDpEvent) and one.sensitivity == sens
+    assert isinstance(one, accounting.ScalarDiscreteGaussianDpEvent) and one.sensitivity == sens
     assert one.sigma >= sigma and one.sigma == pytest.approx(sigma, rel=1e-6)  # the law sampled
     disc = pld.from_discrete_gaussian_mechanism(sigma, sensitivity=sens, value_discretization_interval=1e-4)
     disc = disc.self_compose(m) if m > 1 else disc

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpfed.core import samplers
+from dpfed.core import bernoulli, samplers
 from dpfed.core.rng import SecureRNG
 from dpfed.core.samplers import (
     bernoulli_exp,
@@ -123,9 +123,9 @@ def test_bernoulli_exp_array_denominators():
 
 def test_bernoulli_exp_minus_one_and_geometric():
     n = 400_000
-    b = samplers._bernoulli_exp_minus_one(rng("em1"), n)
+    b = bernoulli._bernoulli_exp_minus_one(rng("em1"), n)
     assert stats.binomtest(int(b.sum()), n, math.exp(-1)).pvalue > ALPHA
-    v = samplers._geometric_exp_minus_one(rng("geo"), n)
+    v = bernoulli.geometric_exp_minus_one(rng("geo"), n)
     q = math.exp(-1)
     ks = np.arange(0, 12)
     pmf = (1 - q) * q**ks
@@ -145,8 +145,8 @@ def test_parameters_round_up_never_down():
     assert laplace_fraction(0.1) >= Fraction(0.1)
     assert laplace_fraction(Fraction(7, 3)) == Fraction(7, 3)
     for sigma in (Fraction(1, 3), Fraction(10, 7), 2.5):
-        assert Fraction(samplers._dg_sigma(sigma)) >= sigma
-        assert samplers._dg_sigma(sigma) == pytest.approx(float(sigma), rel=1e-15)
+        assert Fraction(samplers.dg_sigma(sigma)) >= sigma
+        assert samplers.dg_sigma(sigma) == pytest.approx(float(sigma), rel=1e-15)
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf")])
@@ -176,7 +176,7 @@ def test_exp_minus_one_boundaries_exact():
     f12 = math.factorial(12)
     ms = sorted({m for k in range(1, 13) for m in (f12 // math.factorial(k) + d for d in (-1, 0, 1))
                  if 0 <= m < f12})
-    got = samplers._exp_minus_one_from_uniform(np.array(ms, dtype=np.int64), rng("bounds"))
+    got = bernoulli._exp_minus_one_from_uniform(np.array(ms, dtype=np.int64), rng("bounds"))
     for m, g in zip(ms, got, strict=True):
         if m == 0:
             continue  # K > 12: continues at random

@@ -17,6 +17,7 @@ from dpfed.algorithms import get_algorithm
 from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.driver import drive
 from dpfed.core import distributed_noise as dn
+from dpfed.core.events import RDP_ORDERS, DistributedDiscreteGaussianDpEvent, event_rdp
 from dpfed.data.datasets import kfold_indices, split_parties
 from dpfed.federation import secure_wire as sw
 from dpfed.federation.secure_gather import RoundAborted, SecureGather
@@ -142,18 +143,18 @@ def test_epsilon_is_the_one_for_min_survivors(dropped_run):
     rec = dropped_run
     plan = secure_lvq_plan(rec.spec)
     assert plan.init.honest_parties == PMIN and plan.step.honest_parties == PMIN
-    orders = dn.RDP_ORDERS
+    orders = RDP_ORDERS
     rdp = 0.0
     for p in (plan.init, plan.step):
         d = p.padded_dimension
         if rec.spec.params["secure_rounding"] == "party":  # clip / gamma and the float margin per summed row
             assert p.rounding == "party" and p.rows_max == rec.spec.params["records"]
             l2 = p.clip / p.gamma * (1 + 2.0 ** -26 * p.rows_max)
-            ev = dn.DistributedDiscreteGaussianDpEvent(p.sigma_share, PMIN, l2, l2, d, "party")
+            ev = DistributedDiscreteGaussianDpEvent(p.sigma_share, PMIN, l2, l2, d, "party")
         else:
             l2 = dn.rounded_l2_bound(p.clip / p.gamma, p.beta, d)
-            ev = dn.DistributedDiscreteGaussianDpEvent(p.sigma_share, PMIN, l2, dn.rounded_l1_bound(l2, d), d)
-        rdp = rdp + p.steps * dn.event_rdp(ev, orders, p.sampling_rate)
+            ev = DistributedDiscreteGaussianDpEvent(p.sigma_share, PMIN, l2, dn.rounded_l1_bound(l2, d), d)
+        rdp = rdp + p.steps * event_rdp(ev, orders, p.sampling_rate)
     want = float(rdp_privacy_accountant.compute_epsilon(orders, rdp, rec.spec.delta)[0])
     for party in rec.parties:
         assert party.ledger.spent(rec.spec.job_id) == pytest.approx(want, rel=2e-3)

@@ -26,7 +26,7 @@ from dpfed.algorithms.kmeans import secure as ks
 from dpfed.algorithms.kmeans import secure_plan as ksp
 from dpfed.algorithms.params import validate
 from dpfed.core import accounting
-from dpfed.core import distributed_noise as dn
+from dpfed.core.events import DistributedDiscreteGaussianDpEvent
 from dpfed.data.datasets import make_blobs
 from dpfed.data.schema import Schema
 from dpfed.federation import secure_wire as sw
@@ -255,7 +255,7 @@ def _independent(spec: JobSpec, kinds: list[str]) -> tuple[float, list]:
         sigma = get_algorithm("kmeans").party().secure_plan(spec, Task(spec.job_id, r, kind)).noise.sigma_share
         l2, l1, d = sens[kind]
         rdp += _kls21_rdp(orders, sigma, PMIN - C, l2, l1, d)
-        events.append(dn.DistributedDiscreteGaussianDpEvent(float(sigma), PMIN - C, float(l2), float(l1), int(d)))
+        events.append(DistributedDiscreteGaussianDpEvent(float(sigma), PMIN - C, float(l2), float(l1), int(d)))
     return float(rdp_privacy_accountant.compute_epsilon(orders, rdp, spec.delta)[0]), events
 
 

@@ -46,7 +46,7 @@ def test_a_ledger_keeps_the_grid_it_was_created_with(tmp_path) -> None:
     path = tmp_path / "ledger.sqlite"
     with BudgetLedger(path, epsilon_limit=1.0, delta_limit=DELTA) as led:  # created at 1e-4
         assert led.pld_discretization == 1e-4
-        led.charge("a", accounting.EpsilonDeltaDpEvent(0.5, 0.0))
+        led.charge("a", accounting.EpsilonDeltaBoundDpEvent(0.5, 0.0))
     with BudgetLedger(path, epsilon_limit=100.0, delta_limit=DELTA) as led:  # the owner raised the limit
         assert led.pld_discretization == 1e-4 and led.spent() == pytest.approx(0.5, rel=1e-3)
     with pytest.raises(LedgerError, match="pld_discretization"):

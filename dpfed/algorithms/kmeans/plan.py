@@ -58,7 +58,7 @@ def plan_event(plan: KMeansPlan) -> dp_event.DpEvent:
         ev.append(dp_event.DiscreteLaplaceDpEvent(plan.count_noise, 1))
     if plan.method == "sample-aggregate":
         if plan.aggregator == "coa":
-            ev.append(accounting.EpsilonDeltaDpEvent(plan.agg_epsilon, plan.agg_delta))
+            ev.append(accounting.EpsilonDeltaBoundDpEvent(plan.agg_epsilon, plan.agg_delta))
         else:
             ev.append(dp_event.GaussianDpEvent(plan.agg_noise_multiplier))
     for _ in range(plan.steps):

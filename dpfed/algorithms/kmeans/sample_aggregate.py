@@ -21,7 +21,7 @@ dilation by e^lambda, |lambda| <= beta, costs (eps2, delta2) ("dilation") -- the
 ``f(x) + S(x)/alpha * Z`` with S a beta-smooth upper bound on the local sensitivity is
 (eps1 + eps2, delta1 + e^eps1 * delta2)-DP (the chain in the proof of Lemma 2.6; it is *not*
 a composition, so the guarantee is charged as one generic (epsilon, delta) pair,
-:class:`dpfed.core.accounting.EpsilonDeltaDpEvent`). For Gaussian Z both costs are computed exactly here
+:class:`dpfed.core.accounting.EpsilonDeltaBoundDpEvent`). For Gaussian Z both costs are computed exactly here
 (sliding: the analytic Gaussian mechanism, Balle & Wang 2018 Thm 8; dilation: chi-square tails)
 instead of NRS07's closed-form Lemma 2.10 constants, which are looser.
 """
@@ -262,7 +262,7 @@ class SmoothRelease:
     @property
     def event(self) -> dp_event.DpEvent:
         """(epsilon, delta) by NRS07 Lemma 2.6 (not a composition: one generic pair)."""
-        return accounting.EpsilonDeltaDpEvent(float(self.params.epsilon), float(self.params.delta))
+        return accounting.EpsilonDeltaBoundDpEvent(float(self.params.epsilon), float(self.params.delta))
 
 
 def center_of_attention_release(Z: np.ndarray, *, epsilon: float, delta: float, diameter: float,
@@ -347,7 +347,7 @@ def sample_and_aggregate(X: np.ndarray, estimator: Callable[[np.ndarray, int], n
     if aggregator == "coa":
         rel = center_of_attention_release(Z, epsilon=epsilon, delta=delta, rng=rng, lower=lower, upper=upper,
                                           diameter=float(np.linalg.norm(upper - lower)))
-        return rel.value, accounting.EpsilonDeltaDpEvent(float(epsilon), float(delta))
+        return rel.value, accounting.EpsilonDeltaBoundDpEvent(float(epsilon), float(delta))
     if aggregator == "mean":
         z = gaussian_noise_multiplier(float(epsilon), float(delta))
         return (clamped_mean_release(Z, lower=lower, upper=upper, noise_multiplier=z, rng=rng).value,

@@ -41,6 +41,7 @@ from dpfed.algorithms.kmeans.options import COA_REFUSAL, NOT_SECURE_REFUSAL, job
 from dpfed.algorithms.kmeans.plan import COUNT_SHARE, SIZES_SHARE
 from dpfed.core import accounting
 from dpfed.core import distributed_noise as dn
+from dpfed.core.events import DistributedDiscreteGaussianDpEvent
 from dpfed.core.memo import shared_cache
 
 __all__ = ["GRID", "MAX_SIGMA_SHARE", "MIN_GRID", "Release", "SecureKMeansPlan", "schedule", "secure_kmeans_plan",
@@ -93,8 +94,8 @@ class Release:
         return int(sum(math.prod(s) for _, s in self.layout))
 
     @property
-    def event(self) -> dn.DistributedDiscreteGaussianDpEvent:
-        return dn.DistributedDiscreteGaussianDpEvent(float(self.noise.sigma_share), int(self.noise.honest_parties),
+    def event(self) -> DistributedDiscreteGaussianDpEvent:
+        return DistributedDiscreteGaussianDpEvent(float(self.noise.sigma_share), int(self.noise.honest_parties),
                                                      float(self.l2), float(self.l1), self.dimension)
 
 
@@ -145,7 +146,7 @@ def _calibrated(method: str, k: int, d: int, steps: int, eps: float, delta: floa
 
         def event(s: float, geo: dict = geo) -> DpEvent:
             sg = sigmas(s)
-            return accounting.compose([dn.DistributedDiscreteGaussianDpEvent(
+            return accounting.compose([DistributedDiscreteGaussianDpEvent(
                 sg[kind], h, geo[kind][2], geo[kind][3], sum(math.prod(x) for _, x in geo[kind][0])) for kind in kinds])
 
         s = accounting.calibrate(event, eps, delta, accountant="rdp", lo=1e-6, hi=1e9, guess=1.0, rtol=1e-4)
