@@ -1,0 +1,19 @@
+"""A naive Bayes job's one release, chosen once from its public parameters: the local plan
+(:mod:`.plan`: every party adds the full noise) or the distributed-noise plan under secure aggregation
+(:mod:`.secure`)."""
+from __future__ import annotations
+
+from dpfed.algorithms import secure_noise as sn
+from dpfed.algorithms.contract import JobSpec
+from dpfed.algorithms.naive_bayes.plan import NBPlan, job_options, local_plan
+from dpfed.algorithms.naive_bayes.secure import secure_release
+
+__all__ = ["plan_release"]
+
+
+def plan_release(spec: JobSpec) -> NBPlan:
+    """The plan for ``spec``, computed from its public parameters and schema alone (never data)."""
+    mech, _, _ = job_options(spec)
+    if sn.is_secure(spec.params):
+        return secure_release(spec)[0]
+    return local_plan(spec.schema.to_json(), spec.epsilon, spec.delta, mech)
