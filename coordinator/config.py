@@ -19,7 +19,7 @@ Example (relative paths are relative to the config file)::
     max_calls_per_peer = 32        # gRPC calls open at once per client certificate (more: RESOURCE_EXHAUSTED)
     idle_timeout = 30.0            # seconds a call may wait for its request (or an upload for its next part)
     handshake_timeout = 10.0       # seconds a new connection has to finish its TLS handshake
-    max_connections = 0            # open connections at once; 0 = the process's descriptor limit minus 256
+    max_connections = 0            # open connections at once (never more than 3/4 of the descriptor limit; 0 = that)
 
     # On a Ray cluster (`dpfed coordinator serve --ray-address ADDR`, or ray_address here): parties
     # register here and then stream tasks and results through `shards` ingress actors spread over the

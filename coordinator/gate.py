@@ -40,14 +40,14 @@ RESERVED_THREADS = 64
 
 
 def connection_limit(configured: int) -> int:
-    """``configured``, or for 0 the process's descriptor limit less a quarter of it (at least 64 left for
-    files, the state store and Ray); 0 (no cap) when the limit is infinite."""
-    if configured > 0:
-        return configured
+    """The cap on open connections: the process's descriptor limit less a quarter of it (at least 64 left
+    for files, the state store and Ray), or ``configured`` when that is lower; 0 (no cap) when neither
+    bounds it."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return 0
-    return max(soft - max(64, soft // 4), 8)
+    derived = 0 if soft == resource.RLIM_INFINITY else max(soft - max(64, soft // 4), 8)
+    if configured > 0:
+        return min(configured, derived) if derived else configured
+    return derived
 
 
 def gated_server(*, max_workers: int, max_message_bytes: int, min_ping_interval: float, max_calls_per_peer: int,

@@ -43,6 +43,24 @@ def test_kuberay_coordinator_config_loads_in_ray_mode(tmp_path):
     assert any("coordinator serve" in " ".join(c.get("args", [])) for c in head["containers"])
 
 
+def test_deployments_set_descriptor_and_connection_limits(tmp_path):
+    """Issue 24: the coordinator has descriptors to spare and caps connections and handshakes below them."""
+    from coordinator.config import CoordinatorConfig
+
+    compose = yaml.safe_load((DEPLOY / "compose/compose.yaml").read_text())
+    nofile = compose["services"]["coordinator"]["ulimits"]["nofile"]
+    assert nofile["soft"] >= 65536 and all("ulimits" in s for s in compose["services"].values())
+    texts = [(DEPLOY / "compose/coordinator.toml").read_text()]
+    for path in ("k8s/coordinator.yaml", "kuberay/coordinator-on-ray.yaml"):
+        docs = [d for d in yaml.safe_load_all((DEPLOY / path).read_text()) if d]
+        texts.append(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["coordinator.toml"])
+    for i, text in enumerate(texts):
+        (tmp_path / f"{i}.toml").write_text(text)
+        cfg = CoordinatorConfig.load(tmp_path / f"{i}.toml")
+        assert 0 < cfg.max_connections < nofile["soft"] and cfg.handshake_timeout <= 30 and cfg.idle_timeout <= 60
+    assert "## 4. Exposing the coordinator" in (DEPLOY / "README.md").read_text()
+
+
 def test_k8s_configmaps_hold_valid_configs(tmp_path):
     from dpfed.data.schema import Schema
 
