@@ -17,6 +17,7 @@ Example (relative paths are relative to the config file)::
     max_bytes = 536870912             # refuse a data file larger than this (.csv: on disk; .npz: its arrays
                                       # decompressed, checked before anything is decompressed)
     chunk_bytes = 1048576             # array payload per message
+    max_buffered_bytes = 1073741824   # incomplete task parts held at once, all jobs (one per job; more: refused)
     plugins = []                      # extra modules defining ALGORITHMS (must match the coordinator)
     # seed = 0                        # TESTS/SIMULATIONS ONLY: reproducible noise (no privacy)
     # exit_with_parent = false        # simulations: quit when the process that started the daemon dies
@@ -61,14 +62,14 @@ from dpfed.data.files import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, load_and_valid
 from dpfed.data.schema import Schema
 from dpfed.federation.config import ConfigError, read_toml, tls_from
 from dpfed.federation.tls import TlsFiles
-from protos.codec import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MESSAGE_BYTES
+from protos.codec import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_ARRAY_BYTES, DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = ["PartyConfig", "ConfigError"]
 
 _KEYS = {"name", "coordinator", "data", "ledger", "epsilon_limit", "delta_limit", "accountant", "insecure",
          "reconnect_seconds", "max_message_bytes", "chunk_bytes", "plugins", "seed", "tls", "schema",
          "schema_file", "exit_with_parent", "simulation", "secure_aggregation", "min_survivors", "dropout",
-         "max_rows", "max_bytes"}
+         "max_rows", "max_bytes", "max_buffered_bytes"}
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class PartyConfig:
     dropout: float = 0.0              # SIMULATIONS ONLY: probability of missing each secure round
     max_rows: int = DEFAULT_MAX_ROWS  # caps on the data file (dpfed.data.files.load_table)
     max_bytes: int = DEFAULT_MAX_BYTES
+    max_buffered_bytes: int = DEFAULT_MAX_ARRAY_BYTES  # incomplete task parts held at once (party/inbox.py)
 
     def __post_init__(self) -> None:
         from dpfed.federation.certs import valid_name
@@ -107,8 +109,8 @@ class PartyConfig:
             raise ConfigError("need epsilon_limit >= 0 and 0 < delta_limit < 1")
         if self.min_survivors < 2 or not 0.0 <= self.dropout < 1.0:
             raise ConfigError("need min_survivors >= 2 and 0 <= dropout < 1")
-        if not (self.max_rows >= 1 and self.max_bytes >= 1):
-            raise ConfigError("need max_rows >= 1 and max_bytes >= 1 (caps on the data file)")
+        if not (self.max_rows >= 1 and self.max_bytes >= 1 and self.max_buffered_bytes >= 1):
+            raise ConfigError("need max_rows >= 1 and max_bytes >= 1 (caps on the data file), max_buffered_bytes >= 1")
         if not 0 < self.chunk_bytes <= self.max_message_bytes - 65536:
             raise ConfigError("chunk_bytes must be positive and at least 64 KiB below max_message_bytes")
 
@@ -149,7 +151,9 @@ class PartyConfig:
                        secure_aggregation=bool(t.get("secure_aggregation", True)),
                        min_survivors=int(t.get("min_survivors", 2)), dropout=float(t.get("dropout", 0.0)),
                        max_rows=_int(t.get("max_rows", DEFAULT_MAX_ROWS), "max_rows"),
-                       max_bytes=_int(t.get("max_bytes", DEFAULT_MAX_BYTES), "max_bytes"))
+                       max_bytes=_int(t.get("max_bytes", DEFAULT_MAX_BYTES), "max_bytes"),
+                       max_buffered_bytes=_int(t.get("max_buffered_bytes", DEFAULT_MAX_ARRAY_BYTES),
+                                               "max_buffered_bytes"))
         except ConfigError:
             raise
         except (TypeError, ValueError, OSError) as exc:

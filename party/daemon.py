@@ -33,6 +33,7 @@ from dpfed.core.names import NAME_RULE, valid_name
 from dpfed.federation.secure_session import SecAggParty
 from dpfed.federation.session import PartyContext, PartySession, TaskError, decide
 from party.config import ConfigError, PartyConfig
+from party.inbox import TaskInbox
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
 from protos import wire_json
@@ -157,7 +158,7 @@ class PartyDaemon:
         self.connected.set()
         log.info("party %s connected to %s%s", cfg.name, cfg.coordinator,
                  f" (ingress shard {reg.shard})" if reg.shard else "")
-        parts: dict[str, tuple[pb.CoordinatorMessage, ArrayAssembler]] = {}
+        inbox = TaskInbox(cfg.max_buffered_bytes)
         for msg in call:
             if self._stop.is_set():
                 break
@@ -171,7 +172,7 @@ class PartyDaemon:
                 log.error("ignoring a %s message with an invalid job id %s (%s)", which, repr(msg.job_id)[:80], NAME_RULE)
                 continue
             try:
-                self._dispatch(stub, data, session, msg, which, parts)
+                self._dispatch(stub, data, session, msg, which, inbox)
             except grpc.RpcError as exc:
                 if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED):
                     raise  # reconnect (and register again)
@@ -179,27 +180,17 @@ class PartyDaemon:
                 log.warning("coordinator rejected a reply: %s %s", exc.code().name, exc.details())
 
     def _dispatch(self, stub: pbg.PartyStub, data: pbg.PartyStub, session: str, msg: pb.CoordinatorMessage,
-                  which: str, parts: dict) -> None:
+                  which: str, inbox: TaskInbox) -> None:
         if which == "offer":
             self._on_offer(stub, session, msg)
         elif which == "job_end":
             self._jobs.pop(msg.job_id, None)
-            log.info("job %s ended: %s", msg.job_id, msg.job_end)
-        else:  # a task part: the first carries the header, the last has last=True
-            if which == "task":
-                parts[msg.task_id] = (msg, ArrayAssembler())
-            head = parts.get(msg.task_id)
-            if head is None:
-                log.error("task part for unknown task %s ignored", msg.task_id)
-                return
-            error = ""
-            try:
-                head[1].add_all(msg.chunks)
-            except ProtocolError as exc:
-                error = f"malformed task: {exc}"
-            if msg.last or error:
-                del parts[msg.task_id]
-                self._on_task(data, session, head[0], head[1], error)
+            inbox.drop(msg.job_id)
+            log.info("job %s ended: %s", msg.job_id, msg.job_end[:200].encode("unicode_escape").decode())
+        else:  # a task part: the first carries the header, the last has last=True (bounded: party/inbox.py)
+            task = inbox.add(msg, msg.job_id in self._jobs)
+            if task is not None:
+                self._on_task(data, session, task.head, task.arrays, task.error)
 
     # ------------------------------------------------------------------ decisions (all in the session)
     def _on_offer(self, stub: pbg.PartyStub, session: str, msg: pb.CoordinatorMessage) -> None:

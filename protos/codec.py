@@ -169,6 +169,11 @@ class ArrayAssembler:
         self._bufs[name][filled:filled + n] = np.frombuffer(chunk.data, dtype=np.uint8)
         self._filled[name] = filled + n
 
+    @property
+    def announced(self) -> int:
+        """Bytes announced so far by the arrays' first chunks (what :meth:`finish` will hold at most)."""
+        return self._total
+
     def add_all(self, chunks: Iterable[pb.ArrayChunk]) -> None:
         for c in chunks:
             self.add(c)
