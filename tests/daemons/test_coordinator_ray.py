@@ -39,7 +39,7 @@ from net_helpers import (  # noqa: E402
 )
 from protos import dpfed_pb2 as pb  # noqa: E402
 from protos import dpfed_pb2_grpc as pbg  # noqa: E402
-from protos.codec import PROTOCOL_VERSION  # noqa: E402
+from protos.codec import PROTOCOL_VERSION, SESSION_METADATA  # noqa: E402
 
 SHARDS = {"ray_address": "auto", "shards": 2, "shard_host": "127.0.0.1", "shard_advertise": "127.0.0.1"}
 
@@ -220,3 +220,41 @@ def test_a_job_survives_a_crashed_shard(ray_cluster, tmp_path):
     for i in range(4):
         with BudgetLedger(tmp_path / f"party-{i}" / "ledger.sqlite", epsilon_limit=10.0, delta_limit=1e-6) as led:
             assert led.charge_ids() == ["crash:plan"]
+
+
+def test_an_ingress_shard_admits_calls_as_the_coordinator_does(ray_cluster, tmp_path):
+    """Issue 24 at a shard: an upload without its session in the metadata is refused before it is read;
+    idle uploads of one certificate beyond ``max_calls_per_peer`` are refused at once, the admitted ones
+    dropped after ``idle_timeout``."""
+    import threading
+
+    pki = make_pki(tmp_path / "pki", parties=1)
+    server = start_coordinator(pki, tmp_path / "state", **SHARDS, idle_timeout=2.0, max_calls_per_peer=4)
+    ch, stub = raw_stub(pki, server.port, "party-0")
+    release = threading.Event()
+
+    def nothing():
+        release.wait(30)
+        return
+        yield
+
+    try:
+        reg = _register(stub, "party-0")
+        sch, shard = _shard_stub(pki, reg.shard, "party-0")
+        with pytest.raises(grpc.RpcError) as exc:
+            shard.SubmitResult(nothing(), timeout=10)
+        assert exc.value.code() == grpc.StatusCode.UNAUTHENTICATED and SESSION_METADATA in exc.value.details()
+        t0 = time.monotonic()
+        calls = [shard.SubmitResult.future(nothing(), metadata=((SESSION_METADATA, reg.session),), timeout=30)
+                 for _ in range(8)]
+        codes = [c.exception().code() for c in calls]
+        took = time.monotonic() - t0
+        release.set()
+        assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) >= 4, codes
+        assert set(codes) == {grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.CANCELLED}, codes
+        assert took < 10, took
+        sch.close()
+    finally:
+        release.set()
+        ch.close()
+        server.stop()
