@@ -59,8 +59,15 @@ def _rpc_error(exc: grpc.RpcError, what: str) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register coordinator, status, job, model and certs commands."""
-    from dpfed.algorithms import algorithm_names
+    _add_coordinator(sub)
+    _add_status(sub)
+    _add_job(sub)
+    _add_model(sub)
+    _add_certs(sub)
 
+
+def _add_coordinator(sub: argparse._SubParsersAction) -> None:
+    """``dpfed coordinator serve``."""
     co = sub.add_parser("coordinator", help="run the coordinator daemon")
     cosub = co.add_subparsers(dest="coordinator_command", metavar="{serve}")
     co.set_defaults(func=lambda a: (co.print_help(), 2)[1])
@@ -77,10 +84,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="jobs that run at once (config: max_concurrent_jobs, default 4)")
     serve.set_defaults(func=_cmd_serve)
 
+
+def _add_status(sub: argparse._SubParsersAction) -> None:
+    """``dpfed status``."""
     st = sub.add_parser("status", help="parties, jobs and per-party privacy budget of a coordinator")
     _admin_args(st)
     st.add_argument("--json", action="store_true", help="print the status as one JSON object")
     st.set_defaults(func=_cmd_status)
+
+
+def _add_job(sub: argparse._SubParsersAction) -> None:
+    """``dpfed job submit|wait|cancel|resume``."""
+    from dpfed.algorithms import algorithm_names
 
     job = sub.add_parser("job", help="submit, wait for, cancel or resume jobs")
     jsub = job.add_subparsers(dest="job_command", metavar="{submit,wait,cancel,resume}")
@@ -110,6 +125,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         _admin_args(p)
         p.set_defaults(func=fn)
 
+
+def _add_model(sub: argparse._SubParsersAction) -> None:
+    """``dpfed model get``."""
     model = sub.add_parser("model", help="fetch trained models")
     msub = model.add_subparsers(dest="model_command", metavar="{get}")
     model.set_defaults(func=lambda a: (model.print_help(), 2)[1])
@@ -119,6 +137,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     _admin_args(get)
     get.set_defaults(func=_cmd_model_get)
 
+
+def _add_certs(sub: argparse._SubParsersAction) -> None:
+    """``dpfed certs init|issue|request|sign|revoke``."""
     ce = sub.add_parser("certs", help="a small certificate authority for mutual TLS")
     csub = ce.add_subparsers(dest="certs_command", metavar="{init,issue,request,sign,revoke}")
     ce.set_defaults(func=lambda a: (ce.print_help(), 2)[1])

@@ -129,19 +129,8 @@ def _preflight(algo: Any, spec: JobSpec, parties: int, records: int) -> None:
         raise ValueError(f"the parties would refuse this job: {exc}") from None
 
 
-def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the simulation the parsed ``args`` describe and return the JSON-able result."""
-    t0 = time.perf_counter()
-    algo = get_algorithm(args.algorithm)
-    if args.parties < 1:
-        raise ValueError("--parties must be >= 1")
-    if args.cv is not None and args.cv < 2:
-        raise ValueError("--cv needs K >= 2")
-    if args.test_fraction is not None and not 0 < args.test_fraction < 1:
-        raise ValueError(f"--test-fraction must lie in (0, 1), got {args.test_fraction:g}")
-    ds = load_dataset(args.dataset, args.data_dir, schema=Schema.from_file(args.schema) if args.schema else None,
-                      bounds=args.bounds, test_fraction=args.test_fraction, test_data=args.test_data,
-                      split_seed=args.split_seed)
+def _job_params(args: argparse.Namespace, algo: Any, ds: Dataset) -> tuple[dict[str, Any], float]:
+    """The job's parameters from the command line, validated as every party will (ranges and caps), and delta."""
     delta = algo.default_delta if args.delta is None else args.delta
     params: dict[str, Any] = {"epsilon": args.epsilon, "delta": delta}
     secure = getattr(args, "noise", None) == "distributed" and args.secure_aggregation == "on"
@@ -160,10 +149,79 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
     if "k" in params and params["k"] > len(ds.X_train) // max(args.parties, 1):
         raise ValueError(f"--k {params['k']} exceeds the {len(ds.X_train) // max(args.parties, 1)} training records "
                          "per party; use a smaller k")
+    return params, delta
+
+
+def _run_job(args: argparse.Namespace, spec: JobSpec, party_data: list, progress: Any) -> Any:
+    """One job on the chosen transport (``--transport inproc|ray|grpc``): its ``SimulationResult``."""
+    if args.transport == "inproc":
+        from dpfed.simulation import run_inprocess
+
+        return run_inprocess(spec, party_data, seed=args.seed, progress=progress, dropout=args.dropout)
+    if args.transport == "ray":
+        from dpfed.simulation.ray_runner import run_ray_simulation
+
+        return run_ray_simulation(spec, party_data, seed=args.seed, address=args.ray_address, progress=progress,
+                                  workers=args.ray_workers, dropout=args.dropout,
+                                  ledger_dir=None if args.ledger_dir is None else f"{args.ledger_dir}/{spec.job_id}")
+    from dpfed.simulation.grpc_local import run_grpc_simulation
+
+    return run_grpc_simulation(spec, party_data, seed=args.seed, insecure=args.insecure, progress=progress,
+                               dropout=args.dropout)
+
+
+def _result(args: argparse.Namespace, algo: Any, ds: Dataset, delta: float, runs: list[Any],
+            metrics: list[dict[str, float]]) -> dict[str, Any]:
+    """The JSON-able result of every fold's run (``runs``) and metrics (keys in their documented order)."""
+    last = runs[-1]
+    out: dict[str, Any] = {
+        "algorithm": args.algorithm, "dataset": args.dataset, "parties": args.parties,
+        "epsilon": args.epsilon, "delta": delta, "epsilon_spent": max([0.0, *(r.epsilon_spent for r in runs)]),
+        "split": args.split, "transport": args.transport, "seed": args.seed, "rounds": last.rounds,
+    }
+    if args.transport == "ray":
+        out["ray_workers"] = last.info.get("workers")
+        out["ray_nodes"] = len(last.info.get("nodes", ()))
+    if args.cv:
+        out.update(split_source="cross-validation", cv_seed=0 if args.seed is None else args.seed)
+    elif not algo.needs_labels:
+        out.update(split_source="all records (unsupervised: fit and evaluated on every record)")
+    else:
+        out.update(ds.split)
+    out.update({k: v for k, v in last.summary.items() if k not in out})
+    out.setdefault("secure_aggregation", False)
+    for key in metrics[0]:
+        vals = [m[key] for m in metrics]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            out[key] = float(np.mean(vals))
+            if len(metrics) > 1:
+                out[f"{key}_std"] = float(np.std(vals))
+        else:
+            out[key] = vals[0]
+    if len(metrics) > 1:
+        out["folds"] = len(metrics)
+        out["cv_train_on_one"] = bool(args.cv_train_on_one)
+    return out
+
+
+def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the simulation the parsed ``args`` describe and return the JSON-able result."""
+    t0 = time.perf_counter()
+    algo = get_algorithm(args.algorithm)
+    if args.parties < 1:
+        raise ValueError("--parties must be >= 1")
+    if args.cv is not None and args.cv < 2:
+        raise ValueError("--cv needs K >= 2")
+    if args.test_fraction is not None and not 0 < args.test_fraction < 1:
+        raise ValueError(f"--test-fraction must lie in (0, 1), got {args.test_fraction:g}")
+    ds = load_dataset(args.dataset, args.data_dir, schema=Schema.from_file(args.schema) if args.schema else None,
+                      bounds=args.bounds, test_fraction=args.test_fraction, test_data=args.test_data,
+                      split_seed=args.split_seed)
+    params, delta = _job_params(args, algo, ds)
     split_rng = np.random.default_rng(args.seed)  # public randomness: which party holds which rows
     folds = _folds(ds, args, algo.needs_labels)
     metrics: list[dict[str, float]] = []
-    spent, summary, rounds = 0.0, {}, 0
+    runs: list[Any] = []
     for i, (Xtr, ytr, Xte, yte) in enumerate(folds):
         party_data = [(Xp, yp if algo.needs_labels else None)
                       for Xp, yp in split_parties(Xtr, ytr, args.parties, args.split, split_rng)]
@@ -173,51 +231,9 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
         if i == 0:  # the plan every party will check, checked here first: a refusal is one line, nothing started
             _preflight(algo, spec, args.parties, sum(len(Xp) for Xp, _ in party_data))
         label = f"{args.algorithm} fold {i + 1}/{len(folds)}" if len(folds) > 1 else args.algorithm
-        progress = _Progress(label, enabled=True)
-        if args.transport == "inproc":
-            from dpfed.simulation import run_inprocess
-
-            res = run_inprocess(spec, party_data, seed=args.seed, progress=progress, dropout=args.dropout)
-        elif args.transport == "ray":
-            from dpfed.simulation.ray_runner import run_ray_simulation
-
-            res = run_ray_simulation(spec, party_data, seed=args.seed, address=args.ray_address, progress=progress,
-                                     workers=args.ray_workers, dropout=args.dropout,
-                                     ledger_dir=None if args.ledger_dir is None else f"{args.ledger_dir}/{job_id}")
-        else:
-            from dpfed.simulation.grpc_local import run_grpc_simulation
-
-            res = run_grpc_simulation(spec, party_data, seed=args.seed, insecure=args.insecure, progress=progress,
-                                      dropout=args.dropout)
-        metrics.append(algo.evaluate(res.model, Xte, yte, ds.schema))
-        spent, summary, rounds = max(spent, res.epsilon_spent), res.summary, res.rounds
-    out: dict[str, Any] = {
-        "algorithm": args.algorithm, "dataset": args.dataset, "parties": args.parties,
-        "epsilon": args.epsilon, "delta": delta, "epsilon_spent": spent,
-        "split": args.split, "transport": args.transport, "seed": args.seed, "rounds": rounds,
-    }
-    if args.transport == "ray":
-        out["ray_workers"] = res.info.get("workers")
-        out["ray_nodes"] = len(res.info.get("nodes", ()))
-    if args.cv:
-        out.update(split_source="cross-validation", cv_seed=0 if args.seed is None else args.seed)
-    elif not algo.needs_labels:
-        out.update(split_source="all records (unsupervised: fit and evaluated on every record)")
-    else:
-        out.update(ds.split)
-    out.update({k: v for k, v in summary.items() if k not in out})
-    out.setdefault("secure_aggregation", False)
-    for key in metrics[0]:
-        vals = [m[key] for m in metrics]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
-            out[key] = float(np.mean(vals))
-            if len(folds) > 1:
-                out[f"{key}_std"] = float(np.std(vals))
-        else:
-            out[key] = vals[0]
-    if len(folds) > 1:
-        out["folds"] = len(folds)
-        out["cv_train_on_one"] = bool(args.cv_train_on_one)
+        runs.append(_run_job(args, spec, party_data, _Progress(label, enabled=True)))
+        metrics.append(algo.evaluate(runs[-1].model, Xte, yte, ds.schema))
+    out = _result(args, algo, ds, delta, runs, metrics)
     out["wall_seconds"] = time.perf_counter() - t0
     return out
 

@@ -29,8 +29,8 @@ from coordinator.config import CoordinatorConfig
 from coordinator.server import serve
 from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.secure_noise import is_secure
-from dpfed.simulation import PURE_DP_DELTA, SimulationResult
-from dpfed.simulation.inprocess import secure_spec
+from dpfed.simulation.inprocess import PURE_DP_DELTA
+from dpfed.simulation.steps import PartyData, SimulationResult, report, start_job
 from party.config import write_config
 from dpfed.federation.tls import TlsFiles
 
@@ -78,6 +78,98 @@ def _stop_processes(procs: Sequence[subprocess.Popen], grace: float = 5.0) -> No
             p.wait()
 
 
+def _tls(root: Path, insecure: bool, name: str) -> TlsFiles | None:
+    """The certificate files of ``name`` (coordinator, operator or a party) under ``root``; None if insecure."""
+    d = root / "certs"
+    return None if insecure else TlsFiles(d / "ca.crt", d / f"{name}.crt", d / f"{name}.key")
+
+
+def _start_coordinator(root: Path, names: Sequence[str], insecure: bool, plugins: Sequence[str],
+                       coordinator: Mapping[str, Any] | None) -> Any:
+    """start: a temporary CA with every certificate (unless insecure), and the coordinator on a free port."""
+    if not insecure:
+        certs.init_ca(root / "ca", overwrite=True)
+        for n in ["coordinator", "operator", *names]:
+            certs.issue(n, root / "ca", root / "certs")
+    cfg = CoordinatorConfig(listen="127.0.0.1:0", state_dir=root / "coordinator", tls=_tls(root, insecure, "coordinator"),
+                            insecure=insecure, plugins=tuple(plugins), **dict(coordinator or {}))
+    return serve(cfg)
+
+
+def _party_values(spec: JobSpec, name: str, root: Path, address: str, *, seed: int | None, insecure: bool,
+                  plugins: Sequence[str], dropout: float, epsilon_limit: float | None,
+                  delta_limit: float | None) -> dict[str, Any]:
+    """start: one party's configuration; its ledger limit defaults to the job's own (epsilon, delta)."""
+    pdir = root / name
+    eps_limit = spec.epsilon * (1 + 1e-9) if epsilon_limit is None else epsilon_limit
+    # PLD epsilons of pure-DP events are infinite at deltas far below 1e-12 (tail truncation)
+    dl = (spec.delta if spec.delta > 0 else PURE_DP_DELTA) if delta_limit is None else delta_limit
+    values: dict[str, Any] = {
+        "name": name, "coordinator": address, "data": str(pdir / "data.npz"),
+        "ledger": str(pdir / "ledger.sqlite"), "epsilon_limit": eps_limit, "delta_limit": dl,
+        "insecure": insecure, "reconnect_seconds": 0.5, "plugins": list(plugins),
+        "schema_file": str(root / "schema.json"), "exit_with_parent": True,
+        "simulation": True, "dropout": float(dropout),
+        "accountant": "rdp" if is_secure(spec.params) else "pld"}
+    if seed is not None:
+        values["seed"] = int(seed)
+    f = _tls(root, insecure, name)
+    if f is not None:
+        values["tls"] = {"ca": str(f.ca), "cert": str(f.cert), "key": str(f.key)}
+    return values
+
+
+def _start_parties(procs: list[subprocess.Popen], spec: JobSpec, party_data: PartyData, names: Sequence[str],
+                   root: Path, address: str, **config: Any) -> None:
+    """start: each party's records and configuration in its folder, and one party daemon process per party
+    (appended to ``procs`` as started, so that every started one is stopped whatever happens next)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    env.setdefault("PYTHONWARNINGS", "ignore::UserWarning")  # the seeded-RNG warning, once per party
+    (root / "schema.json").write_text(spec.schema.to_json())
+    for name, (X, y) in zip(names, party_data, strict=True):
+        pdir = root / name
+        pdir.mkdir(exist_ok=True)
+        arrays = {"X": np.asarray(X)} if y is None else {"X": np.asarray(X), "y": np.asarray(y)}
+        np.savez(pdir / "data.npz", **arrays)
+        write_config(pdir / "party.toml", _party_values(spec, name, root, address, **config))
+        log = open(pdir / "party.log", "wb")
+        try:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "party.daemon", "--config", str(pdir / "party.toml"),
+                 "--log-level", "WARNING"], stdout=log, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True))
+        finally:
+            log.close()
+
+
+def _wait_for_parties(server: Any, names: Sequence[str], procs: Sequence[subprocess.Popen], root: Path,
+                      start_timeout: float) -> None:
+    """start: every party connected, or :class:`SimulationError` naming the one that exited (its last log line)."""
+    deadline = time.monotonic() + start_timeout
+    while not server.coordinator.wait_for_parties(names, timeout=0.2):
+        for name, p in zip(names, procs, strict=True):
+            if p.poll() is not None:
+                last = [ln for ln in _tail(root / name / "party.log").splitlines() if ln.strip()]
+                raise SimulationError(f"party {name} exited with code {p.returncode}: "
+                                      f"{last[-1].strip() if last else 'no log output'}")
+        if time.monotonic() > deadline:
+            raise SimulationError(f"parties did not connect within {start_timeout:g} s")
+
+
+def _offer_and_drive(admin: AdminClient, spec: JobSpec, names: Sequence[str], timeout: float,
+                     progress: Callable[[float], None] | None) -> tuple[str, dict[str, Any]]:
+    """offer: submit the job through the operator API; drive: wait for the coordinator to finish it (a job
+    that does not finish in ``timeout`` seconds is cancelled). Returns the job id and its record."""
+    job_id = admin.submit_job(spec.algorithm, dict(spec.params), parties=list(names), schema=spec.schema,
+                              job_id=spec.job_id)
+    try:
+        return job_id, admin.wait(job_id, timeout=timeout, progress=progress, raise_on_failure=False)
+    except TimeoutError:
+        admin.cancel(job_id)
+        raise
+
+
 def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarray | None]], *,
                         seed: int | None, insecure: bool = False, progress: Callable[[float], None] | None = None,
                         workdir: str | os.PathLike | None = None, timeout: float = 3600,
@@ -97,10 +189,7 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
     "shards": 2}`` to run the coordinator's data path through ingress shards on a Ray cluster.
     """
     t0 = time.perf_counter()
-    names = list(party_names) if party_names is not None else [f"party-{i}" for i in range(len(party_data))]
-    if len(names) != len(party_data) or not names:
-        raise ValueError("one name per party, at least one party")
-    spec = secure_spec(spec, names, sum(len(X) for X, _ in party_data))
+    names, spec = start_job(spec, party_data, party_names)
     if is_secure(spec.params) and insecure:
         raise ValueError("secure aggregation needs certificates: drop --insecure")
     own_dir = workdir is None
@@ -111,77 +200,19 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
     server = None
     admin = None
     try:
-        cert_dir = root / "certs"
-        if not insecure:
-            certs.init_ca(root / "ca", overwrite=True)
-            for n in ["coordinator", "operator", *names]:
-                certs.issue(n, root / "ca", cert_dir)
-
-        def files(n: str) -> TlsFiles | None:
-            return None if insecure else TlsFiles(cert_dir / "ca.crt", cert_dir / f"{n}.crt", cert_dir / f"{n}.key")
-
-        cfg = CoordinatorConfig(listen="127.0.0.1:0", state_dir=root / "coordinator", tls=files("coordinator"),
-                                insecure=insecure, plugins=tuple(plugins), **dict(coordinator or {}))
-        server = serve(cfg)
+        server = _start_coordinator(root, names, insecure, plugins, coordinator)
         address = f"127.0.0.1:{server.port}"
-        env = dict(os.environ)
-        path_entries = [p for p in sys.path if p and os.path.isdir(p)]
-        env["PYTHONPATH"] = os.pathsep.join(path_entries)
-        env.setdefault("PYTHONWARNINGS", "ignore::UserWarning")  # the seeded-RNG warning, once per party
-        eps_limit = spec.epsilon * (1 + 1e-9) if epsilon_limit is None else epsilon_limit
-        # PLD epsilons of pure-DP events are infinite at deltas far below 1e-12 (tail truncation)
-        dl = (spec.delta if spec.delta > 0 else PURE_DP_DELTA) if delta_limit is None else delta_limit
-        (root / "schema.json").write_text(spec.schema.to_json())
-        for name, (X, y) in zip(names, party_data, strict=True):
-            pdir = root / name
-            pdir.mkdir(exist_ok=True)
-            arrays = {"X": np.asarray(X)} if y is None else {"X": np.asarray(X), "y": np.asarray(y)}
-            np.savez(pdir / "data.npz", **arrays)
-            values = {"name": name, "coordinator": address, "data": str(pdir / "data.npz"),
-                      "ledger": str(pdir / "ledger.sqlite"), "epsilon_limit": eps_limit, "delta_limit": dl,
-                      "insecure": insecure, "reconnect_seconds": 0.5, "plugins": list(plugins),
-                      "schema_file": str(root / "schema.json"), "exit_with_parent": True,
-                      "simulation": True, "dropout": float(dropout),
-                      "accountant": "rdp" if is_secure(spec.params) else "pld"}
-            if seed is not None:
-                values["seed"] = int(seed)
-            if not insecure:
-                f = files(name)
-                values["tls"] = {"ca": str(f.ca), "cert": str(f.cert), "key": str(f.key)}
-            write_config(pdir / "party.toml", values)
-            log = open(pdir / "party.log", "wb")
-            try:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "party.daemon", "--config", str(pdir / "party.toml"),
-                     "--log-level", "WARNING"], stdout=log, stderr=subprocess.STDOUT, env=env,
-                    start_new_session=True))
-            finally:
-                log.close()
-        deadline = time.monotonic() + start_timeout
-        while not server.coordinator.wait_for_parties(names, timeout=0.2):
-            for name, p in zip(names, procs, strict=True):
-                if p.poll() is not None:
-                    last = [ln for ln in _tail(root / name / "party.log").splitlines() if ln.strip()]
-                    raise SimulationError(f"party {name} exited with code {p.returncode}: "
-                                          f"{last[-1].strip() if last else 'no log output'}")
-            if time.monotonic() > deadline:
-                raise SimulationError(f"parties did not connect within {start_timeout:g} s")
-        admin = AdminClient(address, tls=files("operator"), insecure=insecure)
-        job_id = admin.submit_job(spec.algorithm, dict(spec.params), parties=names, schema=spec.schema,
-                                  job_id=spec.job_id)
-        try:
-            record = admin.wait(job_id, timeout=timeout, progress=progress, raise_on_failure=False)
-        except TimeoutError:
-            admin.cancel(job_id)
-            raise
+        _start_parties(procs, spec, party_data, names, root, address, seed=seed, insecure=insecure, plugins=plugins,
+                       dropout=dropout, epsilon_limit=epsilon_limit, delta_limit=delta_limit)
+        _wait_for_parties(server, names, procs, root, start_timeout)
+        admin = AdminClient(address, tls=_tls(root, insecure, "operator"), insecure=insecure)
+        job_id, record = _offer_and_drive(admin, spec, names, timeout, progress)
         if record.get("state") != "done":
             failed = True
             raise SimulationError(f"{JobError(record)}{_party_errors(root, names)}; party logs kept in {root}")
-        model, record = admin.get_model(job_id)
-        party_eps = {n: float(record["party_epsilon"].get(n, 0.0)) for n in names}
-        return SimulationResult(model=model, summary=record.get("summary", {}),
-                                epsilon_spent=max(party_eps.values()), party_epsilon=party_eps,
-                                rounds=int(record.get("rounds", 0)), wall_seconds=time.perf_counter() - t0)
+        model, record = admin.get_model(job_id)  # collect
+        return report(model, record.get("summary", {}), record["party_epsilon"], names, int(record.get("rounds", 0)),
+                      t0)
     except SimulationError as exc:
         if failed or not own_dir:
             raise

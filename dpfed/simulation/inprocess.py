@@ -11,8 +11,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -26,6 +25,7 @@ from dpfed.federation.plugins import load_algorithm
 from dpfed.federation.secure_gather import SecureGather
 from dpfed.federation.secure_session import SecAggParty
 from dpfed.federation.session import PartyContext, PartySession, TaskError, answer_hosted, decide
+from dpfed.simulation.steps import SimulationResult, job_summary, on_round, report, secure_spec, start_job
 
 __all__ = ["SimulationResult", "run_inprocess", "PURE_DP_DELTA", "JobRefused", "make_parties", "secure_spec",
            "simulation_credentials", "secure_send"]
@@ -38,17 +38,6 @@ class JobRefused(DpfedError, RuntimeError):
     """A simulated party refused the job (the reason is the party's own)."""
 
 
-@dataclass
-class SimulationResult:
-    model: dict[str, np.ndarray]
-    summary: dict[str, Any]
-    epsilon_spent: float                 # the largest spend of any party for this job
-    party_epsilon: dict[str, float] = field(default_factory=dict)
-    rounds: int = 0
-    wall_seconds: float = 0.0
-    info: dict[str, Any] = field(default_factory=dict)  # runner facts (e.g. Ray workers and nodes)
-
-
 def default_ledger(spec: JobSpec, path: str = ":memory:") -> BudgetLedger:
     """A ledger whose limit is the job's own target (what a simulated party allows), on the PLD grid the
     job's plan was calibrated on (:func:`dpfed.core.accounting.pld_grid` of its epsilon)."""
@@ -56,14 +45,6 @@ def default_ledger(spec: JobSpec, path: str = ":memory:") -> BudgetLedger:
                         delta_limit=spec.delta if spec.delta > 0 else PURE_DP_DELTA,
                         accountant="rdp" if is_secure(spec.params) else "pld",
                         pld_discretization=pld_grid(spec.epsilon))
-
-
-def secure_spec(spec: JobSpec, names: Sequence[str], records: int) -> JobSpec:
-    """A secure job's spec with the roster (and, unless given, the public record bound) filled in."""
-    if not is_secure(spec.params):
-        return spec
-    params = {"roster": list(names), "records": int(records), **dict(spec.params)}
-    return JobSpec(spec.job_id, spec.algorithm, params, spec.schema)
 
 
 def simulation_credentials(names: Sequence[str]) -> tuple[bytes, dict[str, tuple[bytes, bytes]]]:
@@ -148,11 +129,10 @@ def run_inprocess(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarr
     """
     t0 = time.perf_counter()
     algo = load_algorithm(spec.algorithm, plugins)
-    names = list(party_names) if party_names is not None else [f"party-{i}" for i in range(len(party_data))]
-    spec = secure_spec(spec, names, sum(len(X) for X, _ in party_data))
+    names, spec = start_job(spec, party_data, party_names)
     parties = make_parties(spec, party_data, seed=seed, ledgers=ledgers, party_names=names, plugins=plugins,
                            dropout=dropout)
-    sessions = open_sessions(spec, parties)  # every party charges the whole job before any answer
+    sessions = open_sessions(spec, parties)  # offer: every party charges the whole job before any answer
     coord = algo.coordinator(spec, [p.name for p in parties])
     secure = SecureGather(spec, algo.party(), secure_send(sessions)) if is_secure(spec.params) else None
 
@@ -161,9 +141,7 @@ def run_inprocess(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarr
             return secure(task)
         return [Aggregate(a, (s.party.name,)) for s, a in zip(sessions, answer_hosted(sessions, task), strict=True)]
 
-    rounds = drive(coord, gather, algo.combine,
-                   on_round=None if progress is None else (lambda task, c: progress(c.progress)))
+    rounds = drive(coord, gather, algo.combine, on_round=on_round(progress))
     spent = {p.name: p.ledger.spent(spec.job_id) for p in parties}
-    summary = {**coord.summary(), **(secure.summary() if secure is not None else {"secure_aggregation": False})}
-    return SimulationResult(model=coord.model(), summary=summary, epsilon_spent=max(spent.values()),
-                            party_epsilon=spent, rounds=rounds, wall_seconds=time.perf_counter() - t0)
+    return report(coord.model(), job_summary(coord, None if secure is None else secure.summary()), spent, names,
+                  rounds, t0)

@@ -52,8 +52,8 @@ from dpfed.core.errors import DpfedError
 from dpfed.core.ledger import BudgetExceededError
 from dpfed.federation.plugins import load_algorithm
 from dpfed.federation.session import answer_hosted, decide
-from dpfed.simulation.inprocess import (JobRefused, SimulationResult, default_ledger, make_parties, secure_send,
-                                        secure_spec, simulation_credentials)
+from dpfed.simulation.inprocess import JobRefused, default_ledger, make_parties, secure_send, simulation_credentials
+from dpfed.simulation.steps import PartyData, SimulationResult, job_summary, on_round, report, start_job
 
 __all__ = ["run_ray_simulation", "init_local_ray", "peak_rss_bytes", "WorkerLost"]
 
@@ -256,6 +256,151 @@ def _pool_size(n_parties: int, workers: int | None, cpus_per_worker: float) -> i
     return max(1, min(int(workers), n_parties))
 
 
+def _ledger_paths(names: Sequence[str], ledger_paths: Sequence[str] | None,
+                  ledger_dir: str | None) -> tuple[list[str], str | None]:
+    """start: one ledger path per party (``:memory:`` unless file ledgers are asked for) and the temporary
+    directory made for ``ledger_dir="temp"`` (None otherwise)."""
+    if ledger_paths is not None:
+        paths = list(ledger_paths)
+        if len(paths) != len(names):
+            raise ValueError("one ledger path per party")
+        return paths, None
+    if ledger_dir is None:
+        return [":memory:"] * len(names), None
+    tmp = tempfile.mkdtemp(prefix="dpfed-ray-ledgers-") if ledger_dir == "temp" else None
+    root = os.path.abspath(tmp or ledger_dir)
+    return [os.path.join(root, f"{n}.sqlite") for n in names], tmp
+
+
+def _start_ray(address: str | None) -> bool:
+    """start: join or start Ray unless this process already did; True when it is started here."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address is None:
+        init_local_ray()
+    else:
+        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    return True
+
+
+class _Pool:
+    """The worker actors of one run and which worker hosts each party."""
+
+    def __init__(self, spec: JobSpec, names: Sequence[str], party_data: PartyData, paths: Sequence[str], *,
+                 seed: int | None, workers: int, cpus_per_worker: float, max_restarts: int,
+                 plugins: Sequence[str], dropout: float) -> None:
+        """start: the parties' records into the object store once, one actor per shard of the parties
+        (restarted by Ray only with file ledgers)."""
+        import ray
+
+        self.durable = all(p != ":memory:" for p in paths)
+        self.size = workers
+        creds = simulation_credentials(names) if is_secure(spec.params) else None
+        # the pool holds the records' refs for its whole life: a restarted worker fetches them again
+        self.refs = refs = [ray.put((np.asarray(X), None if y is None else np.asarray(y))) for X, y in party_data]
+        shards = np.array_split(np.arange(len(names)), workers)
+        restarts = max_restarts if self.durable else 0
+        actor = ray.remote(PartyWorker).options(
+            num_cpus=cpus_per_worker, max_restarts=restarts, max_task_retries=restarts if restarts else 0,
+            scheduling_strategy="SPREAD")
+        spec_json = spec.to_json()
+        self.workers: list[Any] = [
+            actor.remote(spec_json, [names[i] for i in s], [refs[i] for i in s], seed, [paths[i] for i in s],
+                         tuple(plugins), dropout,
+                         None if creds is None else (creds[0], {names[i]: creds[1][names[i]] for i in s}))
+            for s in shards]
+        self.host = {names[i]: w for w, s in zip(self.workers, shards, strict=True) for i in s}
+        self.partials: list[int] = []
+
+    def offer(self, spec: JobSpec) -> list[tuple[int, float]]:
+        """offer: every party has decided (charged) before any answer; raise the first refusal. Returns each
+        worker's usage before the rounds."""
+        import ray
+
+        for st in ray.get([w.status.remote() for w in self.workers]):
+            if st["error"] is not None:
+                raise st["error"]
+            for name, reason, budget in st["refusals"]:
+                _raise_refusal(spec, name, reason, budget)
+        return ray.get([w.usage.remote() for w in self.workers])
+
+    def gather(self, task: Task) -> list[Aggregate]:
+        """drive: one call per worker, each answering for its parties merged (the task enters the object
+        store once per round)."""
+        import ray
+
+        ref = ray.put(task)
+        try:
+            parts = ray.get([w.answer.remote(ref) for w in self.workers])
+        except ray.exceptions.RayActorError as exc:
+            hint = ("its restarts were used up" if self.durable else
+                    "its parties' ledgers were in memory, so it cannot be restarted without losing them; "
+                    "give file ledgers (ledger_dir, dpfed simulate --ledger-dir) to survive worker failures")
+            raise WorkerLost(f"a Ray worker died in round {task.round} ({type(exc).__name__}); {hint}") from None
+        self.partials.append(len(parts))
+        return parts
+
+    def per_worker(self, tasks: Mapping[str, Task], method: str, *args: Any) -> list[Any]:
+        """drive, secure jobs: SecureGather's transport, one call per worker with its parties' tasks."""
+        import ray
+
+        calls: dict[Any, dict[str, Task]] = {}
+        for name, t in tasks.items():
+            calls.setdefault(self.host[name], {})[name] = t
+        try:
+            out = ray.get([getattr(w, method).remote(ts, *args) for w, ts in calls.items()])
+        except ray.exceptions.RayActorError as exc:
+            raise WorkerLost(f"a Ray worker died in a secure round ({type(exc).__name__})") from None
+        self.partials.append(len(calls))
+        return out
+
+    def send(self, tasks: Mapping[str, Task]) -> dict[str, Any]:
+        return {n: a for part in self.per_worker(tasks, "answer_each") for n, a in part.items()}
+
+    def send_merged(self, tasks: Mapping[str, Task], merge: Callable) -> list[Aggregate]:
+        return [agg for agg in self.per_worker(tasks, "answer_merged", merge) if agg.parties]
+
+    def collect(self, usage0: Sequence[tuple[int, float]]) -> tuple[dict[str, float], dict[str, Any]]:
+        """collect: every party's spend, and the pool's facts for ``result.info``."""
+        import ray
+
+        spent: dict[str, float] = {}
+        for part in ray.get([w.spent.remote() for w in self.workers]):
+            spent.update(part)
+        final = ray.get([w.status.remote() for w in self.workers])
+        usage = ray.get([w.usage.remote() for w in self.workers])
+        info = {"workers": self.size, "nodes": sorted({st["node"] for st in final}),
+                "worker_nodes": [st["node"] for st in final],
+                "restarted_workers": sum(bool(st["restarted"]) for st in final),
+                "worker_nice": [st["nice"] for st in final],
+                "max_partials_per_round": max(self.partials, default=0),
+                "worker_peak_rss": [u[0] for u in usage], "worker_cpu_seconds": [u[1] for u in usage],
+                "worker_cpu_seconds_in_rounds": [u[1] - u0[1] for u, u0 in zip(usage, usage0, strict=True)],
+                "durable_ledgers": self.durable}
+        return spent, info
+
+
+def _stop(workers: Sequence[Any]) -> None:
+    """Every worker closes its ledgers at once, then each is stopped."""
+    import ray
+
+    closing = []
+    for w in workers:
+        try:
+            closing.append(w.close.remote())
+        except Exception:  # noqa: BLE001 - a dead worker has nothing left to close
+            pass
+    for ref in closing:
+        try:
+            ray.get(ref, timeout=60)
+        except Exception:  # noqa: BLE001
+            pass
+    for w in workers:
+        ray.kill(w, no_restart=True)
+
+
 def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarray | None]], *,
                        seed: int | None = None, address: str | None = None,
                        ledger_paths: Sequence[str] | None = None,
@@ -278,121 +423,25 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
     t0 = time.perf_counter()
     if cpus_per_worker <= 0:
         raise ValueError("cpus_per_worker must be > 0")
-    names = list(party_names) if party_names is not None else [f"party-{i}" for i in range(len(party_data))]
-    if len(names) != len(party_data) or not names:
-        raise ValueError("one name per party, and at least one party")
-    secure = is_secure(spec.params)
-    spec = secure_spec(spec, names, sum(len(X) for X, _ in party_data))
-    creds = simulation_credentials(names) if secure else None
-    tmp = None
-    if ledger_paths is not None:
-        paths = list(ledger_paths)
-        if len(paths) != len(names):
-            raise ValueError("one ledger path per party")
-    elif ledger_dir is not None:
-        if ledger_dir == "temp":
-            ledger_dir = tmp = tempfile.mkdtemp(prefix="dpfed-ray-ledgers-")
-        paths = [os.path.join(os.path.abspath(ledger_dir), f"{n}.sqlite") for n in names]
-    else:
-        paths = [":memory:"] * len(names)
-    durable = all(p != ":memory:" for p in paths)
-    started_here = not ray.is_initialized()
-    if started_here and address is None:
-        init_local_ray()
-    elif started_here:
-        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
-    pool: list[Any] = []
+    names, spec = start_job(spec, party_data, party_names)
+    paths, tmp = _ledger_paths(names, ledger_paths, ledger_dir)
+    started_here = _start_ray(address)
+    pool: _Pool | None = None
     try:
         algo = load_algorithm(spec.algorithm, plugins)
-        n = _pool_size(len(names), workers, cpus_per_worker)
-        refs = [ray.put((np.asarray(X), None if y is None else np.asarray(y))) for X, y in party_data]
-        shards = np.array_split(np.arange(len(names)), n)
-        restarts = max_restarts if durable else 0
-        actor = ray.remote(PartyWorker).options(
-            num_cpus=cpus_per_worker, max_restarts=restarts, max_task_retries=restarts if restarts else 0,
-            scheduling_strategy="SPREAD")
-        spec_json = spec.to_json()
-        pool = [actor.remote(spec_json, [names[i] for i in s], [refs[i] for i in s], seed, [paths[i] for i in s],
-                             tuple(plugins), dropout,
-                             None if creds is None else (creds[0], {names[i]: creds[1][names[i]] for i in s}))
-                for s in shards]
-        host = {names[i]: w for w, s in zip(pool, shards, strict=True) for i in s}
-        statuses = ray.get([w.status.remote() for w in pool])  # every party has decided (charged) before any answer
-        for st in statuses:
-            if st["error"] is not None:
-                raise st["error"]
-            for name, reason, budget in st["refusals"]:
-                _raise_refusal(spec, name, reason, budget)
-        usage0 = ray.get([w.usage.remote() for w in pool])
+        pool = _Pool(spec, names, party_data, paths, seed=seed, workers=_pool_size(len(names), workers, cpus_per_worker),
+                     cpus_per_worker=cpus_per_worker, max_restarts=max_restarts, plugins=plugins, dropout=dropout)
+        usage0 = pool.offer(spec)
         coord = algo.coordinator(spec, names)
-
-        partials: list[int] = []
-
-        def gather(task: Task) -> list[Aggregate]:
-            ref = ray.put(task)  # the task's arrays enter the object store once per round
-            try:
-                parts = ray.get([w.answer.remote(ref) for w in pool])
-            except ray.exceptions.RayActorError as exc:
-                hint = ("its restarts were used up" if durable else
-                        "its parties' ledgers were in memory, so it cannot be restarted without losing them; "
-                        "give file ledgers (ledger_dir, dpfed simulate --ledger-dir) to survive worker failures")
-                raise WorkerLost(f"a Ray worker died in round {task.round} ({type(exc).__name__}); {hint}") from None
-            partials.append(len(parts))
-            return parts
-
-        def per_worker(tasks: Mapping[str, Task], method: str, *args: Any) -> list[Any]:
-            """SecureGather's transport: one call per worker with its parties' tasks."""
-            calls: dict[Any, dict[str, Task]] = {}
-            for name, t in tasks.items():
-                calls.setdefault(host[name], {})[name] = t
-            try:
-                out = ray.get([getattr(w, method).remote(ts, *args) for w, ts in calls.items()])
-            except ray.exceptions.RayActorError as exc:
-                raise WorkerLost(f"a Ray worker died in a secure round ({type(exc).__name__})") from None
-            partials.append(len(calls))
-            return out
-
-        def send(tasks: Mapping[str, Task]) -> dict[str, Any]:
-            return {n: a for part in per_worker(tasks, "answer_each") for n, a in part.items()}
-
-        def send_merged(tasks: Mapping[str, Task], merge: Callable) -> list[Aggregate]:
-            return [agg for agg in per_worker(tasks, "answer_merged", merge) if agg.parties]
-
-        sg = SecureGather(spec, algo.party(), send, send_merged=send_merged) if secure else None
-
-        rounds = drive(coord, gather if sg is None else sg, algo.combine,
-                       on_round=None if progress is None else (lambda task, c: progress(c.progress)))
-        spent: dict[str, float] = {}
-        for part in ray.get([w.spent.remote() for w in pool]):
-            spent.update(part)
-        final = ray.get([w.status.remote() for w in pool])
-        usage = ray.get([w.usage.remote() for w in pool])
-        info = {"workers": n, "nodes": sorted({st["node"] for st in final}),
-                "worker_nodes": [st["node"] for st in final],
-                "restarted_workers": sum(bool(st["restarted"]) for st in final),
-                "worker_nice": [st["nice"] for st in final],
-                "max_partials_per_round": max(partials, default=0),
-                "worker_peak_rss": [u[0] for u in usage], "worker_cpu_seconds": [u[1] for u in usage],
-                "worker_cpu_seconds_in_rounds": [u[1] - u0[1] for u, u0 in zip(usage, usage0, strict=True)],
-                "durable_ledgers": durable}
-        summary = {**coord.summary(), **(sg.summary() if sg is not None else {"secure_aggregation": False})}
-        return SimulationResult(model=coord.model(), summary=summary, epsilon_spent=max(spent.values()),
-                                party_epsilon={k: spent[k] for k in names}, rounds=rounds,
-                                wall_seconds=time.perf_counter() - t0, info=info)
+        sg = SecureGather(spec, algo.party(), pool.send, send_merged=pool.send_merged) if is_secure(spec.params) \
+            else None
+        rounds = drive(coord, pool.gather if sg is None else sg, algo.combine, on_round=on_round(progress))
+        spent, info = pool.collect(usage0)
+        return report(coord.model(), job_summary(coord, None if sg is None else sg.summary()), spent, names, rounds,
+                      t0, info)
     finally:
-        closing = []
-        for w in pool:  # every worker closes its ledgers at once, then each is stopped
-            try:
-                closing.append(w.close.remote())
-            except Exception:  # noqa: BLE001 - a dead worker has nothing left to close
-                pass
-        for ref in closing:
-            try:
-                ray.get(ref, timeout=60)
-            except Exception:  # noqa: BLE001
-                pass
-        for w in pool:
-            ray.kill(w, no_restart=True)
+        if pool is not None:
+            _stop(pool.workers)
         if started_here:
             ray.shutdown()
         if tmp is not None:
