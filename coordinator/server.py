@@ -825,6 +825,7 @@ class Coordinator:
 
         out = {p: messages(t) for p, t in per_party.items()} if per_party is not None else \
             dict.fromkeys(act.parties, messages(task))
+        log.debug("job %s round %d: %s sent to %d parties", act.spec.job_id, task.round, task.kind, len(out))
         with self._cond:
             if act.failure:
                 raise _JobFailed(act.failure)

@@ -7,12 +7,14 @@ with new sessions, hence new SecAgg keys (re-advertised in the next round), and 
 input for a round whose masked input already left (its ledger holds one per round, ever): so the
 interrupted round is aborted with nothing unmasked (at most one aborted round), and every later round
 completes. Checked: the job ends with every planned round, at most one round aborted, one charge per
-party, **at most one recorded answer per round at every party** (no second masked input), finite
-prototypes.
+party, **at most one recorded answer per round at every party** (no second masked input), **no round
+whose unmask step ran in both coordinator processes** (from the coordinator's debug log of its
+broadcasts), finite prototypes.
 """
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,11 +33,21 @@ ROUNDS = int(EPOCHS / RATE) + 1  # the initialisation round and the DP-SGD steps
 
 def _spawn_coordinator(toml: Path, log: Path) -> subprocess.Popen:
     with open(log, "ab") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "dpfed.cli", "coordinator", "serve", "--config", str(toml)],
+        proc = subprocess.Popen([sys.executable, "-m", "dpfed.cli", "coordinator", "serve", "--config", str(toml),
+                                 "--log-level", "DEBUG"],
                                 env=subprocess_env(), stdout=subprocess.PIPE, stderr=err, text=True)
     line = proc.stdout.readline()
     assert "listening on port" in line, f"coordinator did not start: {line!r}; see {log}"
     return proc
+
+
+def _unmasked_rounds(log: str) -> tuple[set[int], set[int]]:
+    """Rounds with an unmask step sent by the first coordinator process, and by the restarted one (its
+    debug log line per broadcast; the two processes append to one file, each starting with 'listening')."""
+    runs = log.split("coordinator listening on")[1:]
+    assert len(runs) == 2, f"{len(runs)} coordinator starts in the log"
+    pattern = re.compile(r"job secure-killed round (\d+): \S*unmask\S* sent to")
+    return tuple({int(r) for r in pattern.findall(run)} for run in runs)  # type: ignore[return-value]
 
 
 def test_a_secure_job_resumes_after_the_coordinator_is_killed(segmentation, tmp_path):
@@ -96,6 +108,9 @@ def test_a_secure_job_resumes_after_the_coordinator_is_killed(segmentation, tmp_
     assert rec["resumes"] >= 1 or rec["resumed_at"], rec
     assert rec["summary"]["aborted_rounds"] <= 1 and rec["summary"]["secure_aggregation"] is True, rec["summary"]
     assert np.all(np.isfinite(model["prototypes"]))
+    # no round unmasked twice: the rounds whose unmask step ran before the kill and after the restart differ
+    before, after = _unmasked_rounds((tmp_path / "coordinator.log").read_text(errors="replace"))
+    assert before and after and not before & after, (sorted(before), sorted(after))
     for name in names:
         with BudgetLedger(tmp_path / name / "ledger.sqlite", epsilon_limit=2.0, delta_limit=1e-5,
                           accountant="rdp") as led:
