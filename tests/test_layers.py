@@ -236,25 +236,12 @@ def test_every_import_points_down() -> None:
     assert violations(ROOT) == []
 
 
-#: Violations known when the checkers landed, being removed by their owners (issue 25): listed by name
-#: so that any NEW cycle or private import fails. Remove an entry when its fix lands.
-KNOWN_CYCLES: set[str] = set()
-KNOWN_PRIVATE = {
-    "dpfed.core.dgauss_alias imports _bits from dpfed.core.samplers",
-    "dpfed.core.dgauss_alias imports _dg_sigma from dpfed.core.samplers",
-    "dpfed.core.dgauss_alias imports _size_tuple from dpfed.core.samplers",
-    "dpfed.core.mechanisms imports _bernoulli_exp_lazy from dpfed.core.samplers",
-}
-
-
 def test_no_import_cycles() -> None:
-    new = [c for c in import_cycles(ROOT) if c.removeprefix("import cycle among ").split(":")[0] not in KNOWN_CYCLES]
-    assert new == []
+    assert import_cycles(ROOT) == []
 
 
 def test_no_private_name_crosses_a_module() -> None:
-    new = [p for p in private_imports(ROOT) if p.split(": ", 1)[1] not in KNOWN_PRIVATE]
-    assert new == []
+    assert private_imports(ROOT) == []
 
 
 def _plant(tmp_path: Path, module: str, text: str) -> None:
