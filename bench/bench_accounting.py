@@ -196,7 +196,7 @@ def _clear_plans() -> None:
     from dpfed.algorithms import kmeans, lvq, naive_bayes
     _clear()
     calibration._gaussian_cached.cache_clear()
-    for f in (kmeans.make_plan, naive_bayes.plan.local_plan, lvq._plan_cached):
+    for f in (kmeans.make_plan, naive_bayes.plan.local_plan, lvq.plan._plan_cached):
         f.cache_clear()
 
 

@@ -524,7 +524,8 @@ def speed(args: argparse.Namespace) -> None:
     the median of the per-repeat ratios.
     """
     from dpfed.algorithms.lvq import noisy_gradient_sum
-    from dpfed.algorithms.lvq_model import clipped_gradient_sum, rescale
+    from dpfed.algorithms.lvq.gradient import clipped_gradient_sum
+    from dpfed.algorithms.lvq.model import rescale
 
     ds = load_dataset("mnist")
     rng = np.random.default_rng(0)

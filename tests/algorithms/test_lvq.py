@@ -24,7 +24,8 @@ from dpfed.algorithms.lvq import (
     prepare_params,
     privacy_plan,
 )
-from dpfed.algorithms.lvq_model import clipped_gradient_sum, cost, per_sample_gradients_naive
+from dpfed.algorithms.lvq.gradient import clipped_gradient_sum, per_sample_gradients_naive
+from dpfed.algorithms.lvq.model import cost
 from dpfed.core import accounting
 from dpfed.core.ledger import BudgetExceededError, BudgetLedger
 from dpfed.core.rng import SecureRNG
@@ -250,16 +251,16 @@ def test_estimator_api_and_accuracy_on_segmentation(segmentation) -> None:
 
 
 def test_init_clip_bounds_each_record_and_is_refused_with_laplace() -> None:
-    from dpfed.algorithms.lvq import _init_rows
+    from dpfed.algorithms.lvq.model import init_rows
 
     X, _ = _data(d=4)
     p = {**DEFAULTS, "init_center": "lower", "init_clip": 1.5}
-    S, l2, l1 = _init_rows(p, X)
+    S, l2, l1 = init_rows(p, X)
     assert l2 == 1.5 and l1 == 8.0
     assert np.all(np.linalg.norm(S, axis=1) <= 1.5 * (1 + 1e-12))
     small = np.linalg.norm(X + 1, axis=1) <= 1.5
     np.testing.assert_array_equal(S[small], (X + 1)[small])  # rows inside the ball are unchanged
-    S0, l2_0, _ = _init_rows({**DEFAULTS}, X)
+    S0, l2_0, _ = init_rows({**DEFAULTS}, X)
     assert l2_0 == 2.0 and np.array_equal(S0, X)  # no clip, box centre: sensitivity sqrt(d)
     spec = _spec(init="laplace", init_clip=1.0)
     with pytest.raises(TaskRejected, match="init_clip"):

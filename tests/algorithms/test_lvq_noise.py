@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from dpfed.algorithms.lvq import noisy_gradient_sum
-from dpfed.algorithms.lvq_model import clipped_gradient_sum
+from dpfed.algorithms.lvq.gradient import clipped_gradient_sum
 from dpfed.core.rng import ReproducibleSeedWarning, SecureRNG
 
 warnings.simplefilter("ignore", ReproducibleSeedWarning)

@@ -311,8 +311,10 @@ def test_planted_bug_is_refused(cases, name, bug, tmp_path):
 def test_lvq_step_with_half_the_noise_in_the_mechanism_is_refused(cases, tmp_path, monkeypatch):
     """The bug in the code, not in the report: DP-SGD noise drawn with z/2 reports GaussianDpEvent(z/2)."""
     _, spec, X, y, parties, _, _ = cases["glvq-gaussian-local"]
-    real = lvq.float_gaussian
-    monkeypatch.setattr(lvq, "float_gaussian",
+    from dpfed.algorithms.dpsgd import release as dpsgd_release
+
+    real = dpsgd_release.float_gaussian
+    monkeypatch.setattr(dpsgd_release, "float_gaussian",
                         lambda v, *, noise_multiplier, **kw: real(v, noise_multiplier=noise_multiplier / 2, **kw))
     with pytest.raises(TaskError, match="outside the charged plan"):
         _run(tmp_path, spec, X, y, parties)

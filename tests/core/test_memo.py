@@ -150,6 +150,7 @@ def test_per_object_result_is_the_uncached_result_for_a_job_spec():
     the same content, and a spec with another layout gets its own."""
     from dpfed.algorithms import lvq
     from dpfed.algorithms.contract import JobSpec
+    from dpfed.algorithms.lvq.layout import layout
     from dpfed.data.datasets import load_dataset
 
     schema = load_dataset("segmentation").schema
@@ -158,9 +159,9 @@ def test_per_object_result_is_the_uncached_result_for_a_job_spec():
     s1 = JobSpec("j1", "gmlvq", dict(base), schema)
     s2 = JobSpec("j1", "gmlvq", dict(base), schema)
     s3 = JobSpec("j1", "gmlvq", {**base, "omega_rank": 2}, schema)
-    assert lvq._layout(s1) is lvq._layout(s1)
-    assert lvq._layout(s1) == lvq._layout(s2) == (7, 19, 1, 19, True)
-    assert lvq._layout(s3) == (7, 19, 1, 2, True)
+    assert layout(s1) is layout(s1)
+    assert layout(s1) == layout(s2) == (7, 19, 1, 19, True)
+    assert layout(s3) == (7, 19, 1, 2, True)
     assert lvq.secure_lvq_plan(s1) is lvq.secure_lvq_plan(s1)
     assert lvq.secure_lvq_plan(s1).step == lvq.secure_lvq_plan(s2).step
     assert lvq.secure_lvq_plan(s3).step.dimension == 7 * 19 + 2 * 19 != lvq.secure_lvq_plan(s1).step.dimension

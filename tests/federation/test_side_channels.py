@@ -11,7 +11,8 @@ import pytest
 
 from dpfed.algorithms import lvq
 from dpfed.algorithms.contract import JobSpec, Task
-from dpfed.algorithms.lvq_model import clipped_gradient_sum, rescale
+from dpfed.algorithms.lvq.gradient import clipped_gradient_sum
+from dpfed.algorithms.lvq.model import rescale
 from dpfed.core.ledger import BudgetLedger
 from dpfed.data.schema import Schema
 from dpfed.federation.session import PartyContext, TaskError, decide

@@ -1,0 +1,264 @@
+"""The party half of GLVQ / GMLVQ: charge the whole job, then answer each round once with noised sums.
+
+Each party charges the whole job (initialisation + T steps, :mod:`dpfed.algorithms.lvq.plan`) before its
+first answer and then answers each round at most once, only with the planned shapes and parameters.
+
+Noise placement (``noise``):
+
+* ``local``: every party adds the full N(0, sigma^2 C^2) to its sum (and the full initialisation
+  noise): each party's answers alone are (epsilon, delta)-DP, even against the coordinator. The
+  aggregate's noise grows with sqrt(parties).
+* ``distributed`` with ``secure_aggregation``: the rows of :mod:`dpfed.algorithms.lvq.secure`, encoded
+  and masked by the secure session (never :meth:`LVQParty.answer`).
+* ``distributed`` without secure aggregation: each party adds 1/P of the noise variance (counts:
+  discrete Gaussian with sigma^2 / P), so the *sum* carries the central noise; it protects a party
+  against the coordinator only under secure aggregation: **simulation only**. (A sum of P discrete
+  Gaussians of variance sigma^2 / P is not exactly a discrete Gaussian; with the count noise used
+  here, sigma / sqrt(P) > 10, the difference is far below delta, Canonne, Kamath & Steinke 2020,
+  Sec. 4.) The Laplace initialisation cannot be split and is added in full at every party in both
+  placements.
+
+A step (round t >= 1) is one DP-SGD release through :mod:`dpfed.algorithms.dpsgd`: the party
+Poisson-samples (rate q), clips every record's joint gradient (prototypes and Omega) to L2 norm C with
+ghost norms (:mod:`dpfed.algorithms.lvq.gradient`), adds Gaussian noise and returns the sum. The noise
+is a float Gaussian from the ChaCha20 keystream (ziggurat), as in Opacus and TF Privacy; ``exact_noise``
+puts the sum on a public grid with exact rounded-Gaussian noise instead (floating-point safe, slower).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+from dp_accounting import DpEvent
+
+from dpfed.algorithms import dpsgd
+from dpfed.algorithms import secure_noise as sn
+from dpfed.algorithms.contract import Answer, JobSpec, PartyAlgorithm, Released, Task, TaskRejected
+from dpfed.algorithms.lvq.defaults import DEFAULTS, PROTOTYPE_BOUND
+from dpfed.algorithms.lvq.gradient import LVQGradient
+from dpfed.algorithms.lvq.layout import Layout, layout, prototype_labels
+from dpfed.algorithms.lvq.model import init_rows, rescale
+from dpfed.algorithms.lvq.options import PARAMS
+from dpfed.algorithms.lvq.plan import PrivacyPlan, privacy_plan
+from dpfed.algorithms.lvq.secure import secure_init_rows, secure_lvq_plan, task_plan
+from dpfed.core import accounting
+from dpfed.core.mechanisms import discrete_laplace, gaussian, laplace, rounded_gaussian
+from dpfed.core.rng import SecureRNG
+from dpfed.data.schema import DataValidationError
+
+#: PARAMS: the job parameters' table, found here by :func:`dpfed.algorithms.params.table_for`.
+__all__ = ["LVQParty", "PARAMS"]
+
+
+class LVQParty(PartyAlgorithm):
+    """Answers ``init`` and ``step`` tasks with clipped, noised sums; each round at most once."""
+
+    def __init__(self) -> None:
+        self._last_round: dict[str, int] = {}
+        self._jobs: dict[str, tuple[JobSpec, dict[str, Any], PrivacyPlan, Layout]] = {}
+        self._scaled: dict[str, tuple[int, np.ndarray]] = {}
+
+    def _job(self, spec: JobSpec) -> tuple[dict[str, Any], PrivacyPlan, Layout]:
+        """Params, plan and layout of ``spec`` (cached per job id while the spec is unchanged)."""
+        hit = self._jobs.get(spec.job_id)
+        if hit is None or hit[0] != spec:
+            hit = (spec, {**DEFAULTS, **spec.params}, privacy_plan(spec.params), layout(spec))
+            self._jobs[spec.job_id] = hit
+        return hit[1], hit[2], hit[3]
+
+    def _rescaled(self, spec: JobSpec, X: np.ndarray) -> np.ndarray:
+        """Records rescaled into [-1, 1]^d, computed once per job for the same array."""
+        hit = self._scaled.get(spec.job_id)
+        if hit is None or hit[0] != id(X) or hit[1].shape != X.shape:
+            hit = (id(X), rescale(X, spec.schema.lower, spec.schema.upper))
+            self._scaled[spec.job_id] = hit
+        return hit[1]
+
+    def needs_secure_aggregation(self, spec: JobSpec) -> bool:
+        """Distributed noise: each answer carries only 1/P of the noise variance."""
+        return spec.params.get("noise", DEFAULTS["noise"]) == "distributed"
+
+    def job_event(self, spec: JobSpec) -> DpEvent:
+        p = {**DEFAULTS, **spec.params}
+        if not p["private"]:
+            raise TaskRejected("a non-private LVQ job can only run inside a local estimator, never at a party")
+        if p["noise"] not in ("local", "distributed"):
+            raise TaskRejected("noise must be 'local' or 'distributed'")
+        if not (isinstance(p["clip"], (int, float)) and p["clip"] > 0 and math.isfinite(p["clip"])):
+            raise TaskRejected("clip must be a finite number > 0")
+        if int(p["parties"]) < 1:
+            raise TaskRejected("parties must be >= 1")
+        layout(spec)
+        if p["init_center"] not in ("mid", "lower") or not (float(p["init_clip"]) >= 0.0):
+            raise TaskRejected("init_center must be 'mid' or 'lower' and init_clip >= 0")
+        if p["init"] == "laplace" and float(p["init_clip"]) > 0:
+            raise TaskRejected("init_clip applies to the Gaussian initialisation only")
+        if sn.is_secure(p):
+            try:
+                event = secure_lvq_plan(spec).event
+                spent = accounting.epsilon(event, spec.delta, accountant="rdp")
+            except ValueError as exc:
+                raise TaskRejected(f"invalid secure LVQ parameters: {exc}") from None
+            if spent > spec.epsilon * (1.0 + 1e-9):
+                raise TaskRejected(f"the job's noise gives epsilon {spent:.6g} > its stated epsilon {spec.epsilon:.6g}")
+            return event
+        try:
+            plan = privacy_plan(spec.params)
+            spent = accounting.epsilon(plan.event, spec.delta, pld_discretization=accounting.pld_grid(spec.epsilon))
+        except ValueError as exc:
+            raise TaskRejected(f"invalid LVQ privacy parameters: {exc}") from None
+        if spent > spec.epsilon * (1.0 + 1e-9):
+            raise TaskRejected(f"the job's noise gives epsilon {spent:.6g} > its stated epsilon {spec.epsilon:.6g}")
+        return plan.event
+
+    def task_event(self, spec: JobSpec, task: Task) -> DpEvent | None:
+        """Round 0: the initialisation; round t >= 1: one Poisson-subsampled Gaussian step. None for a
+        secure-aggregation job, whose rounds the secure session answers (never :meth:`answer`)."""
+        if sn.is_secure({**DEFAULTS, **spec.params}):
+            return None
+        _, plan, _ = self._job(spec)
+        if task.round == 0:
+            return plan.init_event
+        return dpsgd.step_event(float({**DEFAULTS, **spec.params}["sampling_rate"]), plan.noise_multiplier)
+
+    def check_task(self, spec: JobSpec, task: Task) -> None:
+        if task.job_id != spec.job_id:
+            raise TaskRejected("task belongs to another job")
+        p, plan, (c, d, ppc, rank, _) = self._job(spec)
+        last = self._last_round.get(spec.job_id, -1)
+        if task.round <= last:
+            raise TaskRejected(f"round {task.round} was already answered (a repeat would spend budget twice)")
+        if task.round > plan.steps:
+            raise TaskRejected(f"round {task.round} lies beyond the charged plan of {plan.steps} steps")
+        if task.params:
+            raise TaskRejected("LVQ tasks take no per-task parameters (everything is fixed by the job)")
+        expected_kind = "init" if task.round == 0 else "step"
+        if task.kind != expected_kind:
+            raise TaskRejected(f"round {task.round} must be a {expected_kind!r} task, got {task.kind!r}")
+        if task.kind == "step":
+            want = {"prototypes": (c * ppc, d)}
+            if rank:
+                want["omega"] = (rank, d)
+            if set(task.arrays) != set(want):
+                raise TaskRejected(f"a step task carries exactly the arrays {sorted(want)}")
+            for k, shape in want.items():
+                a = np.asarray(task.arrays[k])
+                if a.shape != shape or a.dtype.kind not in "iuf" or not np.all(np.isfinite(a)):
+                    raise TaskRejected(f"array {k!r} must be finite and real with shape {shape}")
+            if np.abs(np.asarray(task.arrays["prototypes"], dtype=np.float64)).max(initial=0.0) > PROTOTYPE_BOUND:
+                raise TaskRejected(f"prototypes must lie within [-{PROTOTYPE_BOUND:g}, {PROTOTYPE_BOUND:g}] "
+                                   "(rescaled units; the data box is [-1, 1])")
+            if rank:
+                bound = float(p["omega_scale"]) * (1.0 + 1e-6)
+                if not np.linalg.norm(np.asarray(task.arrays["omega"], dtype=np.float64)) <= bound:
+                    raise TaskRejected(f"omega's Frobenius norm must be at most omega_scale = {p['omega_scale']:g}")
+        elif task.arrays:
+            raise TaskRejected("the init task carries no arrays")
+
+    def _checked(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Check the task and the records; from here on the round counts as answered."""
+        self.check_task(spec, task)
+        p, plan, (c, d, ppc, rank, learn_omega) = self._job(spec)
+        if y is None:
+            raise DataValidationError("LVQ needs labelled records")
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != d:
+            raise DataValidationError(f"records have {X.shape[-1] if X.ndim == 2 else '?'} columns, the job expects {d}")
+        y = np.asarray(y)
+        if task.kind == "init":  # validate the records once per job (they are the same every round)
+            if not np.all(np.isfinite(X)):
+                raise DataValidationError("records contain NaN or infinite values")
+            if y.shape != (len(X),) or (len(y) and (y.min() < 0 or y.max() >= c)):
+                raise DataValidationError(f"labels must be one integer in 0..{c - 1} per record")
+        elif y.shape != (len(X),):
+            raise DataValidationError("one label per record")
+        Z = self._rescaled(spec, X)
+        self._last_round[spec.job_id] = task.round  # from here on the round counts as answered
+        # A class absent here is answered like any other (a count of 0 plus noise): refusing would
+        # reveal its absence by the failure itself.
+        return Z, y
+
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
+        if sn.is_secure({**DEFAULTS, **spec.params}):
+            raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
+        Z, y = self._checked(spec, task, X, y)
+        p, plan, (c, d, ppc, rank, _) = self._job(spec)
+        share = int(p["parties"]) if p["noise"] == "distributed" else 1  # noise shares (1: local noise)
+        if task.kind == "init":
+            # A class absent here is answered like any other (a count of 0 plus noise): refusing would
+            # reveal its absence by the failure itself.
+            counts = np.bincount(y, minlength=c).astype(np.int64)
+            return self._init_answer(p, plan, Z, y, counts, c, d, share, rng)
+        grad, mask = self._step_gradient(spec, task, len(Z), rng)
+        g, event = grad.release(Z[mask], y[mask], float(p["clip"]), plan.noise_multiplier, rng,
+                                exact=bool(p["exact_noise"]), parties=share)
+        out = {"grad_prototypes": g.prototypes}
+        if rank:
+            out["grad_omega"] = g.omega
+        # the party Poisson-samples its records: the step's release is the subsampled Gaussian
+        return Released(out, (dpsgd.subsampled(float(p["sampling_rate"]), event),))
+
+    def secure_plan(self, spec: JobSpec, task: Task) -> sn.SecurePlan | None:
+        return task_plan(spec, task)
+
+    def secure_rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
+                    rng: SecureRNG) -> Iterator[np.ndarray]:
+        """Initialisation: per record [sqrt(cf) e_y, sqrt(1 - cf) s / l2] (norm <= 1, the Gaussian
+        mechanism's count/sum split); steps: per sampled record its clipped joint gradient."""
+        plan = self.secure_plan(spec, task)
+        if plan is None:
+            raise TaskRejected("not a secure LVQ task")
+        Z, y = self._checked(spec, task, X, y)
+        if task.kind == "init":
+            return secure_init_rows(spec, Z, y)
+        p = self._job(spec)[0]
+        grad, mask = self._step_gradient(spec, task, len(Z), rng)
+        return dpsgd.clipped_row_chunks(grad, Z[mask], y[mask], float(p["clip"]),
+                                        dpsgd.rows_per_chunk(plan.noise.padded_dimension))
+
+    def secure_row_sum(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
+                       rng: SecureRNG) -> np.ndarray | None:
+        """A step's sum of per-record clipped joint gradients for "party" rounding, by ghost clipping
+        (:func:`dpfed.algorithms.dpsgd.clipped_sum`, the plain DP-SGD path: no per-record rows), in
+        :meth:`secure_rows`' layout; the sampled records are drawn as there. None for the initialisation
+        (its rows are summed)."""
+        if self.secure_plan(spec, task) is None:
+            raise TaskRejected("not a secure LVQ task")
+        if task.kind != "step":
+            return None
+        Z, y = self._checked(spec, task, X, y)
+        p = self._job(spec)[0]
+        grad, mask = self._step_gradient(spec, task, len(Z), rng)
+        return dpsgd.clipped_sum(grad, Z[mask], y[mask], float(p["clip"])).vector.astype(np.float64, copy=False)
+
+    def _step_gradient(self, spec: JobSpec, task: Task, n: int, rng: SecureRNG) -> tuple[LVQGradient, np.ndarray]:
+        """The gradient at the step's broadcast model, and the step's Poisson sample of the n records."""
+        p, _, (c, d, ppc, rank, learn) = self._job(spec)
+        W = np.asarray(task.arrays["prototypes"], dtype=np.float64)
+        omega = np.asarray(task.arrays["omega"], dtype=np.float64) if rank else None
+        grad = LVQGradient(W, prototype_labels(c, ppc), omega, phi=str(p["phi"]), beta=float(p["beta"]),
+                           learn_omega=learn)
+        return grad, dpsgd.poisson_sample(rng, n, float(p["sampling_rate"]))
+
+    @staticmethod
+    def _init_answer(p: Mapping[str, Any], plan: PrivacyPlan, Z: np.ndarray, y: np.ndarray, counts: np.ndarray,
+                     c: int, d: int, share: int, rng: SecureRNG) -> Released:
+        init = p["init"]
+        if init == "laplace":  # the paper's mechanism; Laplace noise does not split, so always in full
+            cnt = discrete_laplace(counts, sensitivity=1, epsilon=plan.count_epsilon, rng=rng)
+        else:  # exact round(sigma Z), a post-processing of GaussianDpEvent(zc); shares when distributed
+            cnt = rounded_gaussian(counts, sensitivity=1.0, sigma=plan.count_noise, parties=share, rng=rng)
+        out: Answer = {"counts": np.asarray(cnt.value, dtype=np.int64)}
+        if init == "zero":
+            return Released(out, (cnt.event,))
+        S, l2, l1 = init_rows(p, Z)
+        sums = np.zeros((c, d))
+        np.add.at(sums, y, S)
+        if init == "gaussian":  # floating-point safe: public grid + exact rounded-Gaussian noise
+            rel = gaussian(sums, sensitivity=l2, noise_multiplier=plan.sum_noise, parties=share, rng=rng)
+        else:
+            # One Laplace mechanism over the whole (c x d) table: a record changes one row by at most l1 in L1.
+            rel = laplace(sums, sensitivity=l1, epsilon=plan.sum_epsilon, rng=rng)
+        out["sums"] = np.asarray(rel.value)
+        return Released(out, (cnt.event, rel.event))
