@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpfed.algorithms.contract import JobSpec, TaskRejected
+from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.lvq.defaults import DEFAULTS
+from dpfed.core.errors import TaskRejected
 from dpfed.core.memo import per_object
 
 __all__ = ["Layout", "layout", "prototype_labels"]

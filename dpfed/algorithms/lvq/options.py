@@ -6,10 +6,10 @@ from typing import Any
 
 from dpfed.algorithms import dpsgd
 from dpfed.algorithms import secure_noise as sn
-from dpfed.algorithms.contract import TaskRejected
 from dpfed.algorithms.lvq.defaults import DEFAULTS
 from dpfed.algorithms.lvq.plan import prepare_params
 from dpfed.algorithms.params import EPSILON, MEMORY_CAP_BYTES, Param, ParamTable, arg_type, delta_param
+from dpfed.core.errors import TaskRejected
 from dpfed.data.schema import Schema
 
 __all__ = ["PARAMS", "MAX_STEPS", "MEMORY_FACTOR", "add_arguments", "params_from_args"]

@@ -34,21 +34,21 @@ from dp_accounting import DpEvent
 
 from dpfed.algorithms import dpsgd
 from dpfed.algorithms import secure_noise as sn
-from dpfed.algorithms.contract import Answer, JobSpec, PartyAlgorithm, Released, Task, TaskRejected
+from dpfed.algorithms.contract import Answer, JobSpec, PartyAlgorithm, Released, Task
 from dpfed.algorithms.lvq.defaults import DEFAULTS, PROTOTYPE_BOUND
 from dpfed.algorithms.lvq.gradient import LVQGradient
 from dpfed.algorithms.lvq.layout import Layout, layout, prototype_labels
 from dpfed.algorithms.lvq.model import init_rows, rescale
-from dpfed.algorithms.lvq.options import PARAMS
 from dpfed.algorithms.lvq.plan import PrivacyPlan, privacy_plan
 from dpfed.algorithms.lvq.secure import secure_init_rows, secure_lvq_plan, task_plan
+from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.core import accounting
+from dpfed.core.errors import TaskRejected
 from dpfed.core.mechanisms import discrete_laplace, gaussian, laplace, rounded_gaussian
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import DataValidationError
 
-#: PARAMS: the job parameters' table, found here by :func:`dpfed.algorithms.params.table_for`.
-__all__ = ["LVQParty", "PARAMS"]
+__all__ = ["LVQParty"]
 
 
 class LVQParty(PartyAlgorithm):
@@ -199,7 +199,7 @@ class LVQParty(PartyAlgorithm):
         # the party Poisson-samples its records: the step's release is the subsampled Gaussian
         return Released(out, (dpsgd.subsampled(float(p["sampling_rate"]), event),))
 
-    def secure_plan(self, spec: JobSpec, task: Task) -> sn.SecurePlan | None:
+    def secure_plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
         return task_plan(spec, task)
 
     def secure_rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,

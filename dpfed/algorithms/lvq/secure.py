@@ -31,6 +31,7 @@ from dpfed.algorithms.lvq.defaults import DEFAULTS
 from dpfed.algorithms.lvq.layout import layout
 from dpfed.algorithms.lvq.model import init_rows
 from dpfed.algorithms.lvq.plan import PLAN_KEYS
+from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.core import accounting
 from dpfed.core import distributed_noise as dn
 from dpfed.core.memo import per_object, shared_cache
@@ -86,7 +87,7 @@ def _secure_plan_cached(key: str, c: int, d: int, ppc: int, rank: int, learn: bo
     return SecureLVQPlan(init, step, cw, sw, accounting.compose([init.event(), step.event()]))
 
 
-def task_plan(spec: JobSpec, task: Task) -> sn.SecurePlan | None:
+def task_plan(spec: JobSpec, task: Task) -> SecurePlan | None:
     """The public plan of ``task``'s secure release (noise plan, layout, rotation seed); None when the job
     is not secure or the task is not one of its rounds."""
     p = {**DEFAULTS, **spec.params}
@@ -96,9 +97,9 @@ def task_plan(spec: JobSpec, task: Task) -> sn.SecurePlan | None:
     c, d, ppc, rank, learn = layout(spec)
     if task.kind == "init":
         shapes = (("counts", (c,)),) + ((("sums", (c, d)),) if p["init"] == "gaussian" else ())
-        return sn.SecurePlan(plan.init, shapes, sn.rotation_seed(spec.job_id, task.round))
+        return SecurePlan(plan.init, shapes, sn.rotation_seed(spec.job_id, task.round))
     shapes = (("grad_prototypes", (c * ppc, d)),) + ((("grad_omega", (rank, d)),) if rank and learn else ())
-    return sn.SecurePlan(plan.step, shapes, sn.rotation_seed(spec.job_id, task.round))
+    return SecurePlan(plan.step, shapes, sn.rotation_seed(spec.job_id, task.round))
 
 
 def secure_init_rows(spec: JobSpec, Z: np.ndarray, y: np.ndarray) -> Iterator[np.ndarray]:
