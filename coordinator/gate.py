@@ -71,20 +71,24 @@ def _peer_key(context: grpc.ServicerContext) -> str:
 
 
 class _Watchdog:
-    """Cancels calls whose armed deadline passes (one thread for all calls)."""
+    """Cancels calls whose armed deadline passes: one thread for all calls, started on demand and gone
+    after a few idle seconds (a stopped server leaves no thread behind)."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int]] = []
         self._armed: dict[int, grpc.ServicerContext] = {}
         self._ids = itertools.count()
         self._cond = threading.Condition()
-        threading.Thread(target=self._loop, name="dpfed-call-watchdog", daemon=True).start()
+        self._running = False
 
     def arm(self, context: grpc.ServicerContext, seconds: float) -> int:
         with self._cond:
             key = next(self._ids)
             self._armed[key] = context
             heapq.heappush(self._heap, (time.monotonic() + seconds, key))
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._loop, name="dpfed-call-watchdog", daemon=True).start()
             self._cond.notify()
             return key
 
@@ -96,7 +100,13 @@ class _Watchdog:
         while True:
             with self._cond:
                 while not self._heap or self._heap[0][0] > time.monotonic():
-                    self._cond.wait(None if not self._heap else self._heap[0][0] - time.monotonic())
+                    if self._heap:
+                        self._cond.wait(self._heap[0][0] - time.monotonic())
+                        continue
+                    self._cond.wait(5.0)
+                    if not self._heap:
+                        self._running = False
+                        return
                 _, key = heapq.heappop(self._heap)
                 context = self._armed.pop(key, None)
             if context is not None:
