@@ -97,3 +97,34 @@ def test_the_party_refuses_bad_job_ids_and_deep_task_json(pki, tmp_path, caplog)
             assert party.error is None
     forged = [r for r in caplog.records if "forged line" in r.getMessage() and "\n" in r.getMessage()]
     assert not forged, [r.getMessage() for r in forged]
+
+
+def _depth(v) -> int:
+    """Nesting depth of a parsed JSON value, by recursion (the reference for :func:`json_depth`)."""
+    if isinstance(v, dict):
+        return 1 + max((_depth(x) for x in v.values()), default=0)
+    if isinstance(v, list):
+        return 1 + max((_depth(x) for x in v), default=0)
+    return 0
+
+
+def test_json_depth_matches_the_parsed_structure_whatever_the_strings_hold():
+    import numpy as np
+
+    from protos.wire_json import json_depth
+
+    rng = np.random.default_rng(7)
+    tricky = ['[', ']', '{', '}', '"', '\\', '\\"', '[{"', '\\\\', 'a\nb', '\u00e9']
+
+    def value(d: int):
+        k = int(rng.integers(4)) if d < 12 else 3
+        if k == 0:
+            return [value(d + 1) for _ in range(int(rng.integers(3)))]
+        if k == 1:
+            return {"".join(rng.choice(tricky, 2)): value(d + 1) for _ in range(int(rng.integers(3)))}
+        return "".join(rng.choice(tricky, int(rng.integers(4)))) if k == 2 else int(rng.integers(9))
+
+    for _ in range(300):
+        v = value(0)
+        text = json.dumps(v, ensure_ascii=bool(rng.integers(2)))
+        assert json_depth(text) == _depth(json.loads(text)), text
