@@ -32,6 +32,8 @@ What the engine does with it:
   rounding option resolved once by the release's dimension, and the calibrated per-step noise plan.
   A party's secure rows are :func:`clipped_row_chunks`; for ``secure_rounding = "party"`` its one row
   sum is :func:`clipped_sum` (ghost clipping, no per-record rows).
+* :func:`decayed_rate` / :func:`direction` (:mod:`.optimizer`): the coordinator's step on the summed
+  noisy gradients divided by the expected batch size (SGD with a decaying rate, or Adam): post-processing.
 
 A party's step, whole (``grad`` built from the broadcast model)::
 
@@ -45,10 +47,12 @@ from __future__ import annotations
 from dpfed.algorithms.dpsgd.gradient import (ClippedSum, GhostBatch, PerRecordGradient, clip_rows, clipped_row_chunks,
                                              clipped_rows, clipped_sum, ghost_clipped_sum,
                                              rows_per_chunk)
+from dpfed.algorithms.dpsgd.optimizer import OPTIMIZERS, decayed_rate, direction
 from dpfed.algorithms.dpsgd.plan import DpSgdPlan, calibrate, steps_for
 from dpfed.algorithms.dpsgd.release import noisy_sum, poisson_sample, step_event, subsampled
 from dpfed.algorithms.dpsgd.secure import secure_step_params, secure_step_release
 
 __all__ = ["PerRecordGradient", "GhostBatch", "ClippedSum", "clip_rows", "clipped_rows", "clipped_row_chunks",
            "clipped_sum", "ghost_clipped_sum", "rows_per_chunk", "DpSgdPlan", "calibrate", "steps_for", "noisy_sum",
-           "poisson_sample", "step_event", "subsampled", "secure_step_params", "secure_step_release"]
+           "poisson_sample", "step_event", "subsampled", "secure_step_params", "secure_step_release", "OPTIMIZERS",
+           "decayed_rate", "direction"]

@@ -56,11 +56,13 @@ class ClippedSum:
 def clip_rows(rows: np.ndarray, clip: float) -> np.ndarray:
     """Clip every row of ``rows`` (B, D) to L2 norm ``clip`` in place; return the norms before clipping.
     A row with a non-finite norm becomes zero (norm 0 <= C: the sum keeps its sensitivity)."""
-    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-    rows *= l2_clip_factors(norms, clip)[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):  # a non-finite norm is handled below
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    factors = l2_clip_factors(norms, clip)
     bad = ~np.isfinite(norms)
     if bad.any():
-        rows[bad] = 0.0
+        rows[bad] = 0.0  # (0 * inf would be NaN)
+    rows *= factors[:, None]
     return norms
 
 

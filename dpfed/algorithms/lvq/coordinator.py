@@ -120,18 +120,8 @@ class LVQCoordinator(CoordinatorAlgorithm):
 
     def _step(self, g: np.ndarray) -> None:
         t = self.round  # 1..T
-        lr = float(self.p["lr"]) / (1.0 + float(self.p["lr_decay"]) * (t - 1) / self.steps)
-        if self.p["optimizer"] == "adam":
-            b1, b2 = (float(b) for b in self.p["adam_betas"])
-            if self._m is None:
-                self._m, self._v = np.zeros_like(g), np.zeros_like(g)
-            self._m = b1 * self._m + (1 - b1) * g
-            self._v = b2 * self._v + (1 - b2) * g * g
-            upd = (self._m / (1 - b1 ** t)) / (np.sqrt(self._v / (1 - b2 ** t)) + 1e-8)
-        elif self.p["optimizer"] == "sgd":
-            upd = g
-        else:
-            raise ValueError("optimizer must be 'sgd' or 'adam'")
+        lr = dpsgd.decayed_rate(float(self.p["lr"]), float(self.p["lr_decay"]), t, self.steps)
+        upd, self._m, self._v = dpsgd.direction(str(self.p["optimizer"]), g, self._m, self._v, t, self.p["adam_betas"])
         k = self.W.size
         self.W = np.clip(self.W - lr * upd[:k].reshape(self.W.shape), -PROTOTYPE_BOUND, PROTOTYPE_BOUND)
         if self.rank and self.learn_omega:

@@ -35,7 +35,7 @@ PARAMS = ParamTable((
     Param("lr", float, DEFAULTS["lr"], lo=0.0, lo_open=True, hi=100.0, help="learning rate (default 0.05)"),
     Param("lr_decay", float, DEFAULTS["lr_decay"], lo=0.0, hi=1e6,
           help="SGD rate lr / (1 + decay * t / T) (default 9)"),
-    Param("optimizer", str, DEFAULTS["optimizer"], choices=("sgd", "adam"), help="optimiser"),
+    Param("optimizer", str, DEFAULTS["optimizer"], choices=dpsgd.OPTIMIZERS, help="optimiser"),
     Param("adam_betas", list, DEFAULTS["adam_betas"], help="Adam's (beta1, beta2), each in [0, 1)"),
     Param("init", str, DEFAULTS["init"], choices=("gaussian", "laplace", "zero"),
           help="prototype initialisation mechanism (paper: laplace)"),
