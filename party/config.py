@@ -25,6 +25,13 @@ Example (relative paths are relative to the config file)::
     secure_aggregation = true         # take part in secure aggregation (distributed-noise jobs; keys signed
                                       # with the [tls] certificate key)
     min_survivors = 2                 # refuse secure jobs whose minimum number of survivors is lower
+    colluders = 0                     # parties this party assumes collude with the coordinator: a secure job
+                                      # declaring fewer is refused (so every party plans with the job's value)
+    min_honest_shares = 1             # refuse secure jobs whose noise counts on fewer than this many honest
+                                      # shares (P_min - colluders)
+    peers = []                        # if not empty: the only parties to aggregate with, by name or by
+                                      # certificate fingerprint "sha256:HEX" (a roster naming anyone else is
+                                      # refused before any charge)
     # dropout = 0.0                   # SIMULATIONS ONLY: miss each secure round with this probability
 
     [tls]
@@ -69,7 +76,7 @@ __all__ = ["PartyConfig", "ConfigError"]
 _KEYS = {"name", "coordinator", "data", "ledger", "epsilon_limit", "delta_limit", "accountant", "insecure",
          "reconnect_seconds", "max_message_bytes", "chunk_bytes", "plugins", "seed", "tls", "schema",
          "schema_file", "exit_with_parent", "simulation", "secure_aggregation", "min_survivors", "dropout",
-         "max_rows", "max_bytes", "max_buffered_bytes"}
+         "max_rows", "max_bytes", "max_buffered_bytes", "colluders", "min_honest_shares", "peers"}
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,9 @@ class PartyConfig:
     secure_aggregation: bool = True   # take part in secure aggregation
     min_survivors: int = 2            # the fewest survivors a secure job may plan for
     dropout: float = 0.0              # SIMULATIONS ONLY: probability of missing each secure round
+    colluders: int = 0                # the party's own assumption on parties colluding with the coordinator
+    min_honest_shares: int = 1        # floor on P_min - colluders of a secure job
+    peers: tuple[str, ...] = ()       # allowlist of party names or "sha256:HEX" certificate fingerprints
     max_rows: int = DEFAULT_MAX_ROWS  # caps on the data file (dpfed.data.files.load_table)
     max_bytes: int = DEFAULT_MAX_BYTES
     max_buffered_bytes: int = DEFAULT_MAX_ARRAY_BYTES  # incomplete task parts held at once (party/inbox.py)
@@ -111,6 +121,10 @@ class PartyConfig:
             raise ConfigError("need min_survivors >= 2 and 0 <= dropout < 1")
         if not (self.max_rows >= 1 and self.max_bytes >= 1 and self.max_buffered_bytes >= 1):
             raise ConfigError("need max_rows >= 1 and max_bytes >= 1 (caps on the data file), max_buffered_bytes >= 1")
+        if self.colluders < 0 or self.min_honest_shares < 1:
+            raise ConfigError("need colluders >= 0 and min_honest_shares >= 1")
+        if not all(isinstance(p, str) and p for p in self.peers):
+            raise ConfigError("peers lists party names or 'sha256:HEX' certificate fingerprints")
         if not 0 < self.chunk_bytes <= self.max_message_bytes - 65536:
             raise ConfigError("chunk_bytes must be positive and at least 64 KiB below max_message_bytes")
 
@@ -150,6 +164,9 @@ class PartyConfig:
                        simulation=bool(t.get("simulation", False)),
                        secure_aggregation=bool(t.get("secure_aggregation", True)),
                        min_survivors=int(t.get("min_survivors", 2)), dropout=float(t.get("dropout", 0.0)),
+                       colluders=_int(t.get("colluders", 0), "colluders"),
+                       min_honest_shares=_int(t.get("min_honest_shares", 1), "min_honest_shares"),
+                       peers=_peers(t.get("peers", [])),
                        max_rows=_int(t.get("max_rows", DEFAULT_MAX_ROWS), "max_rows"),
                        max_bytes=_int(t.get("max_bytes", DEFAULT_MAX_BYTES), "max_bytes"),
                        max_buffered_bytes=_int(t.get("max_buffered_bytes", DEFAULT_MAX_ARRAY_BYTES),
@@ -158,6 +175,12 @@ class PartyConfig:
             raise
         except (TypeError, ValueError, OSError) as exc:
             raise ConfigError(f"{path}: {exc}") from None
+
+
+def _peers(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise ConfigError("peers must be a list of party names or 'sha256:HEX' certificate fingerprints")
+    return tuple(value)
 
 
 def _int(value: object, key: str) -> int:

@@ -39,7 +39,7 @@ from protos import dpfed_pb2_grpc as pbg
 from protos import wire_json
 from protos.codec import (PROTOCOL_VERSION, SESSION_METADATA, ArrayAssembler, ProtocolError, channel_options,
                           chunk_groups, encode_arrays)
-from dpfed.federation.tls import PeerRefused, channel_credentials, check_coordinator, warn_insecure
+from dpfed.federation.tls import PeerRefused, channel_credentials, check_coordinator, revoked_serials, warn_insecure
 
 __all__ = ["PartyDaemon", "main"]
 
@@ -237,7 +237,9 @@ def _secagg(config: PartyConfig) -> SecAggParty | None:
         return None
     tls = config.tls
     return SecAggParty(Path(tls.cert).read_bytes(), Path(tls.key).read_bytes(), Path(tls.ca).read_bytes(),
-                       min_survivors=config.min_survivors, dropout=config.dropout)
+                       min_survivors=config.min_survivors, dropout=config.dropout, colluders=config.colluders,
+                       min_honest_shares=config.min_honest_shares, peers=config.peers,
+                       revoked=revoked_serials(tls))  # the revocation list as the daemon starts
 
 
 def _watch_parent(parent: int) -> None:

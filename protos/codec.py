@@ -28,7 +28,9 @@ __all__ = ["PROTOCOL_VERSION", "ProtocolError", "DEFAULT_MAX_MESSAGE_BYTES", "DE
 #    and the unmask task, pairwise seeds (not key shares) for dropped neighbours; no secagg/share step.
 # 4: a masked-input task names the adverts its party verified in an earlier round by digest (``adr/*``)
 #    instead of sending them in full each round.
-PROTOCOL_VERSION = 4
+# 5: secure aggregation's consistency round (``secagg/consistency``: each survivor signs the survivor set; the
+#    unmask task carries the signatures, ``sg/*``, and is answered only for the signed set).
+PROTOCOL_VERSION = 5
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024     # gRPC send/receive limit, both sides
 DEFAULT_CHUNK_BYTES = 1024 * 1024                # payload per chunk; leaves room for headers
 DEFAULT_MAX_ARRAY_BYTES = 1024 * 1024 * 1024     # cap on one task/result/model after assembly

@@ -43,7 +43,7 @@ from dpfed.core import distributed_noise as dn
 from dpfed.core.memo import shared_cache
 
 __all__ = ["SecureParams", "SecurePlan", "secure_params", "is_secure", "rotation_seed",
-           "calibrate_release", "batch_bound", "integer_bits", "integer_noise_plan", "SECURE_KINDS", "SECURE_PARAMS",
+           "calibrate_release", "batch_bound", "integer_bits", "integer_noise_plan", "SECURE_PARAMS",
            "SECURE_ROUNDING_PARAM",
            "SECURE_ROUNDINGS", "AUTO_PARTY_DIMENSION", "resolve_rounding", "WRAP_PROBABILITY"]
 
@@ -82,10 +82,6 @@ def resolve_rounding(rounding: str, dimension: int) -> str:
         raise ValueError(f"secure_rounding must be one of {', '.join(SECURE_ROUNDINGS)}, got {rounding!r}")
     return rounding
 
-#: Task kinds of the SecAgg steps of one round, in order (their index is the step number). Protocol version 3
-#: no longer sends ``secagg/share`` (envelopes travel with the masked input) and parties refuse it; it keeps
-#: its place so the later steps keep their numbers.
-SECURE_KINDS = ("secagg/advertise", "secagg/share", "secagg/masked", "secagg/unmask")
 
 
 def is_secure(params: Mapping[str, Any]) -> bool:

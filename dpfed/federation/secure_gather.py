@@ -2,13 +2,15 @@
 
 Transport-agnostic: :class:`SecureGather` is given ``send``, a function that delivers one task per
 party (a mapping name -> task) and returns the answers that came back (name -> arrays; a party
-that did not answer, refused or failed is simply missing). For each algorithm task it runs the SecAgg
-steps (Bonawitz et al. 2017 with keys per job, :mod:`dpfed.federation.secagg`): ``secagg/advertise``
-only to parties whose advert it lacks (all in the first round; again after a party missed a round:
-it may have restarted with new keys), ``secagg/masked`` with each party's and its neighbours'
+that did not answer, refused or failed is simply missing). For each algorithm task it walks a
+:class:`SecureRound` through the stage functions of :data:`STAGES` (Bonawitz et al. 2017 with keys per
+job, :mod:`dpfed.federation.secagg`): ``secagg/advertise`` only to parties whose advert it lacks (all
+in the first round; again after a party missed a round: it may have restarted with new keys),
+``secagg/masked`` with each party's and its neighbours'
 adverts (in full the first time, then by digest: those a party answered a masked task with are in its
-verification cache, until its own advert changes, i.e. it restarted with new keys), ``secagg/unmask``
-with the survivors' envelopes to the survivors needed to remove every mask
+verification cache, until its own advert changes, i.e. it restarted with new keys), ``secagg/consistency``
+to every survivor (the survivor set to sign), ``secagg/unmask`` with the survivors' envelopes and the
+signatures each party checks to the survivors needed to remove every mask
 (:meth:`~dpfed.federation.secagg.SecAggServer.unmaskers`: those with a dropped neighbour and enough
 share holders of every survivor's self mask; the same request goes to the other survivors only if some
 of these do not answer). It tolerates dropouts
@@ -25,6 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,7 +38,7 @@ from dpfed.core.errors import DpfedError
 from dpfed.federation import secagg as sa
 from dpfed.federation import secure_wire as sw
 
-__all__ = ["SecureGather", "RoundAborted", "Send", "SendMerged"]
+__all__ = ["SecureGather", "RoundAborted", "Send", "SendMerged", "SecureRound", "STAGES"]
 
 log = logging.getLogger("dpfed.coordinator")
 
@@ -116,85 +119,27 @@ class SecureGather:
             return [Aggregate({}, ())]
 
     def _round(self, task: Task) -> list[Aggregate]:
+        """One secure round: a :class:`SecureRound` walked through :data:`STAGES` (each stage function
+        takes the gather and the round's state; a stage that cannot go on raises :class:`RoundAborted`)."""
         plan = self.half.secure_plan(self.spec, task)
         if plan is None:
             raise ValueError(f"task kind {task.kind!r} has no secure release")
-        job, r, roster = self.spec.job_id, int(task.round), self.params.roster
         bits = plan.noise.bits
         self.bits.add(bits)
         if not plan.integer:
             self.roundings.add(plan.noise.rounding)
-        server = sa.SecAggServer(self._config(bits))  # one per round: nothing of an old round is kept
-        meta = {"kind": task.kind}
-
-        def one(name: str, items: list) -> Any:
-            if len(items) != 1 or items[0].name != name:
-                raise ValueError("an answer speaks for another party")
-            return items[0]
-
-        known = self._adverts.setdefault(bits, {})
-        need = [n for n in roster if n not in known]
-        if need:
-            known.update(self._answers({n: Task(job, r, sw.ADVERTISE, meta) for n in need},
-                                       lambda n, a: one(n, sw.adverts_from_arrays(a, job, roster))))
-        routed = server.route_adverts(r, known.values())
-        inner = {sw.INNER + k: np.asarray(v) for k, v in task.arrays.items()}
-        masked_meta = {"kind": task.kind, "params": dict(task.params)}
-        d = plan.length
-        delivered = self._delivered.setdefault(bits, {})
-        for n in routed:  # routed[n][0] is n's own advert: another one means new keys, an empty cache
-            if delivered.get(n, {}).get(n) != routed[n][0].digest():
-                delivered[n] = {}
-        tasks = {n: Task(job, r, sw.MASKED, masked_meta,
-                         {**inner, **self._advert_arrays(bits, n, routed[n], delivered[n])}) for n in routed}
-        if self.send_merged is not None:
-            parts = list(self.send_merged(tasks, functools.partial(sw.merge_masked, bits=bits, length=d)))
-        else:
-            parts = [Aggregate(a, (n,)) for n, a in self.send(tasks).items() if n in tasks]
-        masked = self._masked(r, parts, bits, d)
-        self.masked_parts.append(len(masked))
-        answered = {w for m in masked for w in m.names}
-        for n in answered & set(tasks):  # it verified (or held) every advert of its task
-            delivered[n].update((a.name, a.digest()) for a in routed[n])
-        for n in set(tasks) - answered:  # it may have restarted with new keys: ask for its advert again
-            known.pop(n, None)
-        try:
-            req = server.collect_masked(r, masked, length=d)
-        except sa.MaskedInputError as exc:
-            raise RoundAborted(f"round {r} refused, nothing unmasked: {exc}") from None
-        except sa.ReconstructionError as exc:
-            survivors = sum(len(m.names) for m in masked)
-            raise RoundAborted(f"round {r} aborted, nothing unmasked: {survivors} masked inputs, at least "
-                               f"{self.params.min_survivors} survivors required ({exc})") from None
-        self.last_request = req
-        unmask_meta = {"kind": task.kind, "survivors": list(req.survivors), "dropped": list(req.dropped)}
-
-        def unmask(names: Sequence[str]) -> dict[str, sa.UnmaskResponse]:
-            self.unmask_requests += len(names)
-            return self._answers({n: Task(job, r, sw.UNMASK, unmask_meta,
-                                          sw.envelopes_to_arrays(server.envelopes_for(r, n), roster, sw.ENV))
-                                  for n in names},
-                                 lambda n, a: sw.unmask_from_arrays(a, job, r, n, roster))
-
-        first = server.unmaskers(r)  # enough survivors to remove every mask (all of them with many dropouts)
-        resps = unmask(first)
-        try:
-            total = server.unmask(r, resps.values())
-        except sa.ReconstructionError:
-            rest = [n for n in req.survivors if n not in set(first)]  # the same request, to the others
-            resps.update(unmask(rest) if rest else {})
-            try:
-                total = server.unmask(r, resps.values())
-            except sa.ReconstructionError as exc:
-                raise RoundAborted(f"round {r} aborted: {len(resps)} of {len(req.survivors)} survivors answered "
-                                   f"the unmask request, too few to reconstruct ({exc})") from None
-        arrays = plan.decode(total)
+        # one server per round: nothing of an old round is kept
+        rnd = SecureRound(task, plan, int(task.round), bits, sa.SecAggServer(self._config(bits)))
+        for stage in STAGES:
+            stage(self, rnd)
+        assert rnd.request is not None and rnd.total is not None
+        arrays = plan.decode(rnd.total)
         self.rounds += 1
-        missing = len(roster) - len(req.survivors)
+        missing = len(self.params.roster) - len(rnd.request.survivors)
         self.dropouts += missing
         self.dropped_rounds += missing > 0
-        self.survivors_seen_min = min(self.survivors_seen_min, len(req.survivors))
-        return [Aggregate(arrays, tuple(req.survivors))]
+        self.survivors_seen_min = min(self.survivors_seen_min, len(rnd.request.survivors))
+        return [Aggregate(arrays, tuple(rnd.request.survivors))]
 
     def _masked(self, r: int, parts: Sequence[Aggregate], bits: int, d: int) -> list[sa.MaskedSum]:
         """Step 1's parts as masked sums with their envelopes (:func:`~dpfed.federation.secure_wire.masked_part`):
@@ -233,3 +178,118 @@ class SecureGather:
             out["secure_rounding"] = self.params.rounding
         return out
 
+
+
+@dataclass
+class SecureRound:
+    """The coordinator's state of one secure round, filled in stage by stage (:data:`STAGES`)."""
+
+    task: Task
+    plan: Any
+    r: int
+    bits: int
+    server: sa.SecAggServer
+    routed: dict[str, list[sa.KeyAdvert]] = field(default_factory=dict)
+    request: sa.UnmaskRequest | None = None
+    total: np.ndarray | None = None
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return {"kind": self.task.kind}
+
+
+def _one(name: str, items: list) -> Any:
+    if len(items) != 1 or items[0].name != name:
+        raise ValueError("an answer speaks for another party")
+    return items[0]
+
+
+def advertise(g: SecureGather, rnd: SecureRound) -> None:
+    """Stage ADVERTISE: ask the parties whose current advert is unknown, route every known one."""
+    job, roster = g.spec.job_id, g.params.roster
+    known = g._adverts.setdefault(rnd.bits, {})
+    need = [n for n in roster if n not in known]
+    if need:
+        known.update(g._answers({n: Task(job, rnd.r, sw.ADVERTISE, rnd.meta) for n in need},
+                                lambda n, a: _one(n, sw.adverts_from_arrays(a, job, roster))))
+    rnd.routed = rnd.server.route_adverts(rnd.r, known.values())
+
+
+def masked(g: SecureGather, rnd: SecureRound) -> None:
+    """Stage MASKED: the algorithm's task with each party's adverts; the masked inputs (or partial sums)
+    counted; the survivors fixed (fewer than P_min: aborted before anything is unmasked)."""
+    job, r, task, routed = g.spec.job_id, rnd.r, rnd.task, rnd.routed
+    inner = {sw.INNER + k: np.asarray(v) for k, v in task.arrays.items()}
+    masked_meta = {"kind": task.kind, "params": dict(task.params)}
+    d = rnd.plan.length
+    delivered = g._delivered.setdefault(rnd.bits, {})
+    for n in routed:  # routed[n][0] is n's own advert: another one means new keys, an empty cache
+        if delivered.get(n, {}).get(n) != routed[n][0].digest():
+            delivered[n] = {}
+    tasks = {n: Task(job, r, sw.MASKED, masked_meta,
+                     {**inner, **g._advert_arrays(rnd.bits, n, routed[n], delivered[n])}) for n in routed}
+    if g.send_merged is not None:
+        parts = list(g.send_merged(tasks, functools.partial(sw.merge_masked, bits=rnd.bits, length=d)))
+    else:
+        parts = [Aggregate(a, (n,)) for n, a in g.send(tasks).items() if n in tasks]
+    inputs = g._masked(r, parts, rnd.bits, d)
+    g.masked_parts.append(len(inputs))
+    answered = {w for m in inputs for w in m.names}
+    for n in answered & set(tasks):  # it verified (or held) every advert of its task
+        delivered[n].update((a.name, a.digest()) for a in routed[n])
+    for n in set(tasks) - answered:  # it may have restarted with new keys: ask for its advert again
+        g._adverts[rnd.bits].pop(n, None)
+    try:
+        rnd.request = rnd.server.collect_masked(r, inputs, length=d)
+    except sa.MaskedInputError as exc:
+        raise RoundAborted(f"round {r} refused, nothing unmasked: {exc}") from None
+    except sa.ReconstructionError as exc:
+        raise RoundAborted(f"round {r} aborted, nothing unmasked: {len(answered)} masked inputs, at least "
+                           f"{g.params.min_survivors} survivors required ({exc})") from None
+    g.last_request = rnd.request
+
+
+def consistency(g: SecureGather, rnd: SecureRound) -> None:
+    """Stage CONSISTENCY: every survivor signs the survivor set (and its advert digests); the signatures
+    are kept for the unmask requests (each party checks those of its neighbours itself)."""
+    job, roster, r = g.spec.job_id, g.params.roster, rnd.r
+    cr = rnd.server.consistency_request(r)
+    meta = {**rnd.meta, "survivors": list(cr.survivors)}
+    arrays = sw.consistency_to_arrays(cr, roster)
+    sigs = g._answers({n: Task(job, r, sw.CONSISTENCY, meta, arrays) for n in cr.survivors},
+                      lambda n, a: bytes(np.asarray(a["sig"], dtype=np.uint8).tobytes()))
+    rnd.server.add_signatures(r, sigs)
+
+
+def unmask(g: SecureGather, rnd: SecureRound) -> None:
+    """Stage UNMASK: the request (survivors, dropped, envelopes, signatures) to the survivors needed,
+    then to the others if some of these are silent; the masks removed."""
+    job, roster, r, server = g.spec.job_id, g.params.roster, rnd.r, rnd.server
+    req = rnd.request
+    assert req is not None
+    meta = {**rnd.meta, "survivors": list(req.survivors), "dropped": list(req.dropped)}
+
+    def ask(names: Sequence[str]) -> dict[str, sa.UnmaskResponse]:
+        g.unmask_requests += len(names)
+        return g._answers({n: Task(job, r, sw.UNMASK, meta,
+                                   {**sw.envelopes_to_arrays(server.envelopes_for(r, n), roster, sw.ENV),
+                                    **sw.signatures_to_arrays(server.signatures_for(r, n), roster)})
+                           for n in names},
+                          lambda n, a: sw.unmask_from_arrays(a, job, r, n, roster))
+
+    first = server.unmaskers(r)  # enough survivors to remove every mask (all of them with many dropouts)
+    resps = ask(first)
+    try:
+        rnd.total = server.unmask(r, resps.values())
+    except sa.ReconstructionError:
+        rest = [n for n in req.survivors if n not in set(first)]  # the same request, to the others
+        resps.update(ask(rest) if rest else {})
+        try:
+            rnd.total = server.unmask(r, resps.values())
+        except sa.ReconstructionError as exc:
+            raise RoundAborted(f"round {r} aborted: {len(resps)} of {len(req.survivors)} survivors answered "
+                               f"the unmask request, too few to reconstruct ({exc})") from None
+
+
+#: The stages of a secure round at the coordinator, in order (the shape of Flower's SecAgg+ workflow).
+STAGES: tuple[Callable[[SecureGather, SecureRound], None], ...] = (advertise, masked, consistency, unmask)

@@ -2,8 +2,9 @@
 
 Used by :class:`~dpfed.federation.session.PartySession` for jobs whose params say
 ``noise = "distributed"`` and ``secure_aggregation = true`` (every runner: party daemon, in-process,
-Ray). A round r is at most three tasks (:mod:`dpfed.federation.secure_wire`), each answered once per
-(round, step) (a repeat of the same task gets the stored answer; anything older is refused):
+Ray). A round r is at most four tasks, one per stage (:class:`~dpfed.federation.secure_wire.Stage`, one method
+each below), each answered once per (round, stage) (a repeat of the same task gets the stored answer;
+anything older is refused):
 
 1. ``secagg/advertise`` (only when the coordinator lacks this session's keys: the first round, after
    a restart or a dropout): the session's long-term X25519 keys, signed once per job
@@ -15,17 +16,23 @@ Ray). A round r is at most three tasks (:mod:`dpfed.federation.secure_wire`), ea
    colluders, mod 2^B: :mod:`dpfed.core.distributed_noise`), mask with a fresh self mask and the
    round's pairwise seeds, Shamir-share the self-mask seed into envelopes, record masked vector and
    envelopes durably in the ledger (one masked input per round, ever: a restarted party never
-   releases a second one for the same round), send;
-3. ``secagg/unmask``: shares of the self-mask seeds of survivors, or the round's pairwise seeds with
-   dropped neighbours, never both for one party, never for fewer than P_min survivors; then the
-   round's secrets are erased.
+   releases a second one for the same round; if the ledger already holds another one for the round,
+   that stored one leaves and this session forgets the round: it never unmasks it), send;
+3. ``secagg/consistency``: sign the survivor set the coordinator claims (once per round,
+   :mod:`dpfed.federation.secagg_consistency`);
+4. ``secagg/unmask``: only for exactly the signed set, with valid signatures on it from at least t
+   neighbours: shares of the self-mask seeds of survivors, or the round's pairwise seeds with dropped
+   neighbours, never both for one party, never for fewer than P_min survivors; then the round's
+   secrets are erased.
 
-``secagg/share`` is refused (protocol version 3 sends envelopes with the masked input). Keys are
-per job and session, self masks per round (the SecAgg module gives the security argument). The
-whole job was charged when it was accepted; nothing here spends outside that plan.
+Keys are per job and session, self masks per round (the SecAgg module gives the security argument). The
+whole job was charged when it was accepted; nothing here spends outside that plan. :func:`secure_refusal`
+runs in ``decide`` before the charge: it builds the job's SecAgg configuration (roster, graph,
+threshold) and applies the party's own trust settings (:class:`SecAggParty`).
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,59 +46,144 @@ from dpfed.core import distributed_noise as dn
 from dpfed.core.rng import SecureRNG
 from dpfed.federation import secagg as sa
 from dpfed.federation import secure_wire as sw
+from dpfed.federation.certs import valid_name
 
-__all__ = ["SecAggParty", "SecureParty", "secure_refusal"]
+__all__ = ["SecAggParty", "SecureParty", "SecureRefusal", "secure_refusal"]
 
 log = logging.getLogger("dpfed.party")
 
 
 @dataclass(frozen=True)
 class SecAggParty:
-    """A party's secure-aggregation setup: its certificate and key (they sign its SecAgg keys), the
-    deployment CA (checks everyone else's), the fewest survivors it accepts, and (SIMULATIONS ONLY)
-    the probability ``dropout`` of missing each secure round (from its masked input on)."""
+    """A party's secure-aggregation setup: its certificate and key (they sign its SecAgg keys and survivor
+    sets), the deployment CA (checks everyone else's) and the serials on its revocation list, and the
+    party's own trust settings, applied before any charge (:func:`secure_refusal`):
+
+    * ``min_survivors``: the fewest survivors (P_min) a job may plan for;
+    * ``colluders``: the parties this party assumes may collude with the coordinator. A job declaring
+      fewer is refused (so the noise plan, computed from the job's value at the coordinator and at every
+      party, always uses max(own, job's) = the job's: no party plans differently and the decode holds);
+    * ``min_honest_shares``: a floor on P_min - c, the honest noise shares the plan counts on;
+    * ``peers``: if not empty, the only parties it aggregates with: names, or certificate SHA-256
+      fingerprints as ``sha256:HEX``. A roster naming anyone not listed by name is refused before the
+      charge unless fingerprints are listed; then the certificates of the parties not named must carry
+      one of them (checked when their advert arrives, before any key agreement).
+
+    ``dropout`` (SIMULATIONS ONLY): the probability of missing each secure round (from its masked input on)."""
 
     cert_pem: bytes
     key_pem: bytes
     ca_pem: bytes
     min_survivors: int = 2
     dropout: float = 0.0
+    colluders: int = 0
+    min_honest_shares: int = 1
+    peers: tuple[str, ...] = ()
+    revoked: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         if self.min_survivors < 2:
             raise ValueError("min_survivors must be >= 2")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError("dropout must lie in [0, 1)")
+        if self.colluders < 0 or self.min_honest_shares < 1:
+            raise ValueError("need colluders >= 0 and min_honest_shares >= 1")
+        bad = [p for p in self.peers if not (valid_name(p) or _fingerprint(p))]
+        if bad:
+            raise ValueError(f"peers lists party names or 'sha256:' + 64 hex digits, got {bad[0][:80]!r}")
+
+    def fingerprints(self) -> frozenset[str]:
+        return frozenset(f for f in (_fingerprint(p) for p in self.peers) if f)
+
+    def accept_cert(self, name: str, der: bytes) -> str | None:
+        """None if ``peers`` allows the certificate of ``name`` (DER), else why not."""
+        if not self.peers or name in self.peers:
+            return None
+        if hashlib.sha256(der).hexdigest() in self.fingerprints():
+            return None
+        return f"{name!r} is not among this party's peers (by name or certificate fingerprint)"
+
+
+def _fingerprint(entry: str) -> str:
+    """The lowercase hex of a ``sha256:HEX`` peers entry ('' for a name)."""
+    if not entry.lower().startswith("sha256:"):
+        return ""
+    hexpart = entry[7:].replace(":", "").lower()
+    return hexpart if len(hexpart) == 64 and all(c in "0123456789abcdef" for c in hexpart) else ""
+
+
+@dataclass(frozen=True)
+class SecureRefusal:
+    """Why a party refuses a secure job: a stable ``code`` (``not_secure``, ``no_secagg``, ``params``,
+    ``roster``, ``not_in_roster``, ``min_survivors``, ``colluders``, ``min_honest_shares``, ``peers``,
+    ``threshold``) and a public reason."""
+
+    code: str
+    reason: str
 
 
 def secure_refusal(name: str, setup: SecAggParty | None, simulation: bool, half: PartyAlgorithm,
-                   spec: JobSpec) -> str | None:
-    """Why a party refuses ``spec`` for secure-aggregation reasons, or None."""
+                   spec: JobSpec) -> SecureRefusal | None:
+    """Why a party refuses ``spec`` for secure-aggregation reasons, or None; everything a secure job can
+    be refused for is checked here, in ``decide``, before the charge (the SecAgg configuration built)."""
     if not half.needs_secure_aggregation(spec):
         return None
     if not is_secure(spec.params):
         if simulation:
             return None
-        return ("this job is private against the coordinator only under secure aggregation (distributed "
-                "noise) but does not ask for it (secure_aggregation = false); the party accepts that only in "
-                "simulations")
+        return SecureRefusal("not_secure", "this job is private against the coordinator only under secure "
+                             "aggregation (distributed noise) but does not ask for it (secure_aggregation = "
+                             "false); the party accepts that only in simulations")
     if setup is None:
-        return "this party does not take part in secure aggregation (secure_aggregation = false, or no certificate)"
+        return SecureRefusal("no_secagg", "this party does not take part in secure aggregation "
+                             "(secure_aggregation = false, or no certificate)")
     try:
         sp = secure_params(spec.params)
+        sw.check_roster(sp.roster)
     except ValueError as exc:
-        return f"bad secure-aggregation parameters: {exc}"
+        return SecureRefusal("roster" if "roster" in str(exc) else "params",
+                             f"bad secure-aggregation parameters: {exc}")
     if name not in sp.roster:
-        return f"this party ({name!r}) is not in the job's roster"
+        return SecureRefusal("not_in_roster", f"this party ({name!r}) is not in the job's roster")
+    return _trust_refusal(setup, sp) or _config_refusal(spec, sp)
+
+
+def _trust_refusal(setup: SecAggParty, sp: Any) -> SecureRefusal | None:
+    """The party's own trust settings against the job's public parameters."""
     if sp.min_survivors < setup.min_survivors:
-        return (f"the job's min_survivors {sp.min_survivors} is below this party's minimum "
-                f"{setup.min_survivors}")
+        return SecureRefusal("min_survivors", f"the job's min_survivors {sp.min_survivors} is below this "
+                             f"party's minimum {setup.min_survivors}")
+    if sp.colluders < setup.colluders:
+        return SecureRefusal("colluders", f"the job assumes {sp.colluders} colluding parties, this party "
+                             f"assumes {setup.colluders}: the noise would be planned for too many honest shares")
+    if sp.min_survivors - sp.colluders < setup.min_honest_shares:
+        return SecureRefusal("min_honest_shares", f"the job plans its noise for P_min - c = "
+                             f"{sp.min_survivors - sp.colluders} honest shares, this party requires at least "
+                             f"{setup.min_honest_shares}")
+    if setup.peers and not setup.fingerprints():
+        unknown = [n for n in sp.roster if n not in setup.peers]
+        if unknown:
+            return SecureRefusal("peers", f"the roster names {len(unknown)} parties outside this party's peers "
+                                 f"(first: {unknown[0]!r})")
+    return None
+
+
+def _config_refusal(spec: JobSpec, sp: Any) -> SecureRefusal | None:
+    """The job's SecAgg configuration, built as every round will build it: refused if it cannot be built
+    or its threshold does not exceed the colluders a neighbourhood may hold (secagg_graph's theorem)."""
+    try:
+        config = sw.secagg_config(spec, sp.bits)
+    except ValueError as exc:
+        return SecureRefusal("threshold", f"no secure-aggregation configuration for this roster: {exc}")
+    if not config.safe_against_lying_coordinator:
+        return SecureRefusal("threshold", f"the threshold {config.threshold} does not exceed the "
+                             f"{config.colluders} colluders a neighbourhood may hold")
     return None
 
 
 @dataclass
 class SecureParty:
-    """One accepted secure job at one party (created by ``decide``)."""
+    """One accepted secure job at one party (created by ``decide``): one method per SecAgg stage."""
 
     name: str
     spec: JobSpec
@@ -101,8 +193,8 @@ class SecureParty:
     durable: Callable[[int, str, Answer], Answer]  # records round r's masked input before it leaves
     dropout_rng: SecureRNG | None = None
     _clients: dict[int, sa.SecAggClient] = field(default_factory=dict)
-    _record: tuple[tuple[int, int], str, Answer] | None = None   # ((round, step), task digest, answer)
-    _drops: dict[int, int] = field(default_factory=dict)         # round -> first step it misses (4: none)
+    _record: tuple[tuple[int, int], str, Answer] | None = None   # ((round, stage order), task digest, answer)
+    _drops: dict[int, bool] = field(default_factory=dict)        # round -> misses it (simulated dropout)
     _roster: tuple[str, ...] = field(default=(), init=False, repr=False)  # the job's roster, read once
 
     def roster(self) -> tuple[str, ...]:
@@ -114,29 +206,28 @@ class SecureParty:
         c = self._clients.get(bits)
         if c is None:
             c = sa.SecAggClient(sw.secagg_config(self.spec, bits), self.name, self.setup.cert_pem,
-                                self.setup.key_pem, self.setup.ca_pem)
+                                self.setup.key_pem, self.setup.ca_pem, revoked=self.setup.revoked,
+                                accept=self.setup.accept_cert)
             self._clients[bits] = c
         return c
 
-    def _drop_step(self, r: int) -> int:
-        """SIMULATIONS ONLY: from which step this party misses round r (4: it does not)."""
+    def _drops_round(self, r: int) -> bool:
+        """SIMULATIONS ONLY: whether this party misses round r from its masked input on (with keys per job,
+        a survivor that misses the unmask step while a neighbour dropped would abort the round)."""
         if self.setup.dropout <= 0.0:
-            return 4
+            return False
         if r not in self._drops:
             rng = self.dropout_rng or SecureRNG()
-            u = rng.uniform(2)
-            # a dropout misses the round from its masked input on: with keys per job, a survivor that
-            # misses the unmask step while a neighbour dropped would abort the round (secagg docstring)
-            self._drops = {r: 2 if u[0] < self.setup.dropout else 4}
+            self._drops = {r: bool(rng.uniform(2)[0] < self.setup.dropout)}
         return self._drops[r]
 
     def answer(self, task: Task, digest: str, X: np.ndarray, y: np.ndarray | None) -> Answer:
-        """The answer to one SecAgg step, or :class:`TaskRejected` with a public reason."""
+        """The answer to one SecAgg stage, or :class:`TaskRejected` with a public reason."""
         try:
-            step = sw.step_of(task.kind)
+            stage = sw.stage_of(task.kind)
         except ValueError as exc:
             raise TaskRejected(str(exc)) from None
-        key = (int(task.round), step)
+        key = (int(task.round), stage.order)
         if self._record is not None:
             seen, seen_digest, stored = self._record
             if key == seen:
@@ -145,17 +236,15 @@ class SecureParty:
                 return stored
             if key < seen:
                 raise TaskRejected(f"round {task.round} step {task.kind} comes after round {seen[0]} "
-                                   f"step {sw.SECURE_KINDS[seen[1]]} (out of order)")
-        if step >= self._drop_step(task.round):
+                                   f"step {list(sw.Stage)[seen[1]].value} (out of order)")
+        if stage.order >= sw.Stage.MASKED.order and self._drops_round(task.round):
             raise TaskRejected(f"simulated dropout: {self.name} misses round {task.round} from {task.kind}")
         try:
-            out = self._step(task, step, X, y)
-            if step == 2:  # the release: durable (one masked input per round, ever) before it leaves
-                out = self.durable(int(task.round), digest, out)
+            out = self._stage(stage, task, digest, X, y)
         except (TaskRejected, sa.SecAggError) as exc:
             raise TaskRejected(f"{type(exc).__name__}: {exc}") from None
         except (ValueError, KeyError, TypeError) as exc:  # malformed task arrays or params
-            if step == 2:  # the algorithm's rows may be in the trace: only the type leaves the party
+            if stage is sw.Stage.MASKED:  # the algorithm's rows may be in the trace: only the type leaves
                 log.error("job %s round %d: secure answer failed (%s; message withheld: it may hold record "
                           "values)", self.spec.job_id, task.round, type(exc).__name__)
                 raise TaskRejected(f"the party failed to compute its masked input ({type(exc).__name__}; "
@@ -164,6 +253,17 @@ class SecureParty:
         self._record = (key, digest, out)
         return out
 
+    def _stage(self, stage: sw.Stage, task: Task, digest: str, X: np.ndarray, y: np.ndarray | None) -> Answer:
+        plan = self._plan(task)
+        client = self._client(plan.noise.bits)
+        if stage is sw.Stage.ADVERTISE:
+            return self.advertise(client)
+        if stage is sw.Stage.MASKED:
+            return self.masked(client, task, digest, X, y)
+        if stage is sw.Stage.CONSISTENCY:
+            return self.consistency(client, task)
+        return self.unmask(client, task)
+
     def _plan(self, task: Task) -> Any:
         inner = Task(task.job_id, task.round, str(task.params.get("kind", "")))
         plan = self.half.secure_plan(self.spec, inner)
@@ -171,34 +271,60 @@ class SecureParty:
             raise TaskRejected(f"round {task.round}: {inner.kind!r} is not a secure task of this job")
         return plan
 
-    def _step(self, task: Task, step: int, X: np.ndarray, y: np.ndarray | None) -> Answer:
+    def advertise(self, client: sa.SecAggClient) -> Answer:
+        """Stage ADVERTISE: this session's signed long-term keys."""
+        return sw.adverts_to_arrays([client.advert()], self.roster())
+
+    def masked(self, client: sa.SecAggClient, task: Task, digest: str, X: np.ndarray,
+               y: np.ndarray | None) -> Answer:
+        """Stage MASKED: encode, mask, record durably, send. If the ledger holds another masked input for
+        this round (a restart), that one leaves and the round is forgotten here: never unmasked."""
         r, roster = int(task.round), self.roster()
-        plan = self._plan(task)
-        client = self._client(plan.noise.bits)
-        if step == 0:
-            return sw.adverts_to_arrays([client.advert()], roster)
-        if step == 1:
-            raise TaskRejected(f"{sw.SHARE} is not a step of this protocol (envelopes travel with the masked input)")
-        if step == 2:
-            for old in self._clients.values():  # erase every other round's secrets
-                old.forget_except(r)
-            adverts = sw.routed_adverts_from_arrays(task.arrays, self.spec.job_id, roster)
-            inner = sw.inner_task(task)
-            plan = self.half.secure_plan(self.spec, inner)
-            if plan is None or plan.noise.bits != client.config.bits:
-                raise TaskRejected(f"round {r}: the masked task does not match the advertised one")
-            direct = (self.half.secure_row_sum(self.spec, inner, X, y, self.rng)
-                      if plan.noise.rounding == "party" and not plan.integer and is_builtin(self.half) else None)
-            if direct is not None:  # "party" rounding of the algorithm's own sum of clipped rows
-                x = encode_party_sum(direct, plan, self.rng)
-            else:
-                x = encode_rows(self.half.secure_rows(self.spec, inner, X, y, self.rng), plan, self.rng)
-            return sw.masked_to_arrays(client.masked_input(r, x, adverts), plan.noise.bits, roster)
+        for old in self._clients.values():  # erase every other round's secrets
+            old.forget_except(r)
+        adverts = sw.routed_adverts_from_arrays(task.arrays, self.spec.job_id, roster)
+        inner = sw.inner_task(task)
+        plan = self.half.secure_plan(self.spec, inner)
+        if plan is None or plan.noise.bits != client.config.bits:
+            raise TaskRejected(f"round {r}: the masked task does not match the advertised one")
+        direct = (self.half.secure_row_sum(self.spec, inner, X, y, self.rng)
+                  if plan.noise.rounding == "party" and not plan.integer and is_builtin(self.half) else None)
+        if direct is not None:  # "party" rounding of the algorithm's own sum of clipped rows
+            x = encode_party_sum(direct, plan, self.rng)
+        else:
+            x = encode_rows(self.half.secure_rows(self.spec, inner, X, y, self.rng), plan, self.rng)
+        mine = sw.masked_to_arrays(client.masked_input(r, x, adverts), plan.noise.bits, roster)
+        try:
+            out = self.durable(r, digest, mine)
+        except Exception:
+            client.forget(r)  # refused by the ledger: nothing of this session's masks left, never unmasked
+            raise
+        if set(out) != set(mine) or not all(np.array_equal(out[k], mine[k]) for k in mine):
+            client.forget(r)  # an earlier session's masked input leaves: these masks never will
+        return out
+
+    def consistency(self, client: sa.SecAggClient, task: Task) -> Answer:
+        """Stage CONSISTENCY: sign the claimed survivor set (once per round)."""
+        r = int(task.round)
+        req = sw.consistency_from_arrays(task.arrays, task.params.get("survivors"), self.spec.job_id, r,
+                                         self.roster())
+        sig = client.sign_survivors(r, req.survivors, req.advert_digests)
+        return {"sig": np.frombuffer(sig, dtype=np.uint8).copy()}
+
+    def unmask(self, client: sa.SecAggClient, task: Task) -> Answer:
+        """Stage UNMASK: only for the signed set with enough valid signatures; then the round is erased."""
+        r, roster = int(task.round), self.roster()
         surv, drop = task.params.get("survivors"), task.params.get("dropped")
         if not (isinstance(surv, list) and isinstance(drop, list)):
             raise TaskRejected("an unmask task lists survivors and dropped parties")
         envs = sw.envelopes_from_arrays(task.arrays, self.spec.job_id, r, roster, prefix=sw.ENV)
-        out = sw.unmask_to_arrays(client.unmask(r, [str(s) for s in surv], [str(d) for d in drop], envs), roster)
+        sigs = sw.signatures_from_arrays(task.arrays, roster)
+        try:
+            resp = client.unmask(r, [str(s) for s in surv], [str(d) for d in drop], envs, sigs)
+        except sa.ConsistencyRefused:
+            client.forget(r)  # the round is aborted for this party: nothing of it will ever be revealed
+            raise
+        out = sw.unmask_to_arrays(resp, roster)
         client.forget(r)  # the answer is kept by answer(): a repeat gets it, nothing else is answered for r
         return out
 

@@ -1,11 +1,13 @@
 """SecAgg messages as task arrays: the steps of a secure round over the existing wire format.
 
-A secure round r is at most three tasks of round r (kinds :data:`~dpfed.algorithms.secure_noise.SECURE_KINDS`;
-``secagg/share`` is no longer used: the envelopes travel with the masked input): ``secagg/advertise``
-only for parties whose long-term advert the coordinator lacks, ``secagg/masked`` carrying the
-neighbours' adverts (arrays ``adv/*``: those the party has not verified yet, in full; ``adr/*``: those it
-has, by digest, see :class:`~dpfed.federation.secagg.AdvertRef`) and answered with the masked vector and
-the envelopes (``env/*``), ``secagg/unmask`` carrying the envelopes addressed to the party. Params are JSON,
+A secure round r is at most four tasks of round r, one per :class:`Stage` (protocol version 5; the
+former ``secagg/share`` kind is gone): ``secagg/advertise`` only for parties whose long-term advert the
+coordinator lacks, ``secagg/masked`` carrying the neighbours' adverts (arrays ``adv/*``: those the party
+has not verified yet, in full; ``adr/*``: those it has, by digest, see
+:class:`~dpfed.federation.secagg.AdvertRef`) and answered with the masked vector and the envelopes
+(``env/*``), ``secagg/consistency`` carrying the survivor set (params ``survivors``) and the survivors'
+advert digests (``cd/*``), answered with the party's signature on them (``sig``), and ``secagg/unmask``
+carrying the envelopes addressed to the party and the signatures it checks (``sg/*``). Params are JSON,
 arrays bytes as uint8 (variable-length blobs concatenated with an int64 length array), party names
 as int64 indices into the job's roster, and the masked vector packed in the smallest unsigned type
 that holds B bits (uint16 at B = 16: a quarter of float64). Both the party session and the
@@ -13,6 +15,7 @@ coordinator's :class:`SecureGather` use these.
 """
 from __future__ import annotations
 
+import enum
 import functools
 import hashlib
 from collections.abc import Mapping, Sequence
@@ -20,17 +23,35 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from dpfed.algorithms.contract import Aggregate, Answer, JobSpec, Task
-from dpfed.algorithms.secure_noise import SECURE_KINDS, secure_params
+from dpfed.algorithms.secure_noise import secure_params
 from dpfed.federation import secagg as sa
+from dpfed.federation.certs import valid_name
 
 __all__ = ["secagg_config", "pack_blobs", "unpack_blobs", "adverts_to_arrays", "adverts_from_arrays",
            "envelopes_to_arrays", "envelopes_from_arrays", "pack_masked", "unpack_masked", "masked_part",
            "merge_masked", "masked_to_arrays", "ADV", "ADR", "ENV", "advert_refs_to_arrays",
            "advert_refs_from_arrays", "routed_adverts_to_arrays", "routed_adverts_from_arrays",
            "unmask_to_arrays",
-           "unmask_from_arrays", "inner_task", "step_of", "INNER", "ADVERTISE", "SHARE", "MASKED", "UNMASK"]
+           "unmask_from_arrays", "inner_task", "stage_of", "Stage", "INNER", "ADVERTISE", "MASKED", "CONSISTENCY",
+           "UNMASK", "consistency_to_arrays", "consistency_from_arrays", "signatures_to_arrays",
+           "signatures_from_arrays", "check_roster"]
 
-ADVERTISE, SHARE, MASKED, UNMASK = SECURE_KINDS
+
+class Stage(enum.Enum):
+    """The SecAgg stages of one round, in order (a task's kind is the stage's value)."""
+
+    ADVERTISE = "secagg/advertise"
+    MASKED = "secagg/masked"
+    CONSISTENCY = "secagg/consistency"
+    UNMASK = "secagg/unmask"
+
+    @property
+    def order(self) -> int:
+        return _ORDER[self]
+
+
+_ORDER = {s: i for i, s in enumerate(Stage)}
+ADVERTISE, MASKED, CONSISTENCY, UNMASK = (s.value for s in Stage)
 INNER = "task/"  # prefix of the algorithm task's arrays inside a masked-input task
 ADV = "adv/"  # prefix of the neighbours' adverts inside a masked-input task
 ADR = "adr/"  # prefix of the references to adverts the party verified before (name, SHA-256 digest)
@@ -39,18 +60,30 @@ ENV = "env/"  # prefix of envelopes inside a masked-input answer and an unmask t
 _ENV_KEYS = ("from", "to", "nonce", "nonce_len", "ct", "ct_len")
 
 
-def step_of(kind: str) -> int:
-    """0..3 for the SecAgg steps (a ValueError for any other kind)."""
+def stage_of(kind: str) -> Stage:
+    """The stage a task kind names (a ValueError for any other kind)."""
     try:
-        return SECURE_KINDS.index(kind)
+        return Stage(kind)
     except ValueError:
-        raise ValueError(f"a secure job's tasks are {', '.join(SECURE_KINDS)}; got {kind!r}") from None
+        raise ValueError(f"a secure job's tasks are {', '.join(s.value for s in Stage)}; got {kind!r}") from None
+
+
+def check_roster(roster: Sequence[str]) -> None:
+    """A roster SecAgg can run: 2..65535 distinct valid party names (ValueError naming what is wrong)."""
+    if not 2 <= len(roster) < 1 << 16:
+        raise ValueError(f"a secure roster lists 2 to 65535 parties, got {len(roster)}")
+    bad = next((n for n in roster if not valid_name(n)), None)
+    if bad is not None:
+        raise ValueError(f"roster name {bad[:70]!r} is not a valid party name")
+    if len(set(roster)) != len(roster):
+        raise ValueError("a party is listed twice in the roster")
 
 
 def secagg_config(spec: JobSpec, bits: int) -> sa.SecAggConfig:
     """The job's SecAgg parameters at ``bits`` bits: roster, P_min, threshold above the colluders
     (design dropout 1 - P_min / P), graph seed from the job id (public, fixed by the job)."""
     sp = secure_params(spec.params)
+    check_roster(sp.roster)
     n = sp.parties
     return sa.SecAggConfig(spec.job_id, sp.roster, bits=int(bits), min_survivors=sp.min_survivors,
                            corrupt_fraction=sp.colluders / n, dropout_fraction=1.0 - sp.min_survivors / n,
@@ -282,3 +315,41 @@ def inner_task(task: Task) -> Task:
     return Task(task.job_id, task.round, kind, params,
                 {k[len(INNER):]: v for k, v in task.arrays.items() if k.startswith(INNER)})
 
+
+
+CD = "cd/"  # prefix of the advert digests of a consistency task
+SG = "sg/"  # prefix of the signatures of an unmask task
+
+
+def consistency_to_arrays(req: sa.ConsistencyRequest, roster: Sequence[str]) -> Answer:
+    """The survivors' advert digests of a consistency task (n x 32 uint8; the set itself is in params)."""
+    refs = [sa.AdvertRef(u, req.advert_digests[u]) for u in req.survivors]
+    return advert_refs_to_arrays(refs, roster, CD)
+
+
+def consistency_from_arrays(arrays: Mapping[str, np.ndarray], survivors: object, job_id: str, round_: int,
+                            roster: Sequence[str]) -> sa.ConsistencyRequest:
+    if not isinstance(survivors, list) or not all(isinstance(u, str) for u in survivors):
+        raise ValueError("a consistency task lists its survivors by name")
+    refs = advert_refs_from_arrays(arrays, roster, CD)
+    digests = {a.name: a.digest for a in refs}
+    if len(digests) != len(refs):
+        raise ValueError("a consistency task lists an advert digest twice")
+    return sa.ConsistencyRequest(job_id, round_, tuple(survivors), digests)
+
+
+def signatures_to_arrays(sigs: Sequence[tuple[str, bytes]], roster: Sequence[str], prefix: str = SG) -> Answer:
+    """Signers (roster indices, duplicates kept as sent) and their signatures."""
+    data, lengths = pack_blobs([s for _, s in sigs])
+    return {prefix + "who": _index([n for n, _ in sigs], roster), prefix + "sig": data, prefix + "sig_len": lengths}
+
+
+def signatures_from_arrays(arrays: Mapping[str, np.ndarray], roster: Sequence[str],
+                           prefix: str = SG) -> list[tuple[str, bytes]]:
+    if prefix + "who" not in arrays:
+        return []
+    who = _names(arrays[prefix + "who"], roster)
+    sigs = unpack_blobs(arrays[prefix + "sig"], arrays[prefix + "sig_len"])
+    if len(sigs) != len(who) or any(len(s) > 256 for s in sigs):
+        raise ValueError("signature arrays disagree in length, or a signature is too long")
+    return list(zip(who, sigs, strict=True))

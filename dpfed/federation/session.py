@@ -94,6 +94,7 @@ class Decision:
     session: "PartySession | None" = None
     budget_error: BudgetExceededError | None = None  # set when the ledger refused the charge
     resumed: bool = False  # the job was charged before (same id and parameters): nothing charged now
+    refusal: str = ""  # for a secure-aggregation refusal: its code (secure_session.SecureRefusal.code)
 
     @property
     def event_json(self) -> str:
@@ -189,8 +190,10 @@ def decide(party: PartyContext, offer: JobSpec | str) -> Decision:
         validate(algo, spec.params, spec.schema)  # ranges and caps first: a cheap plan for any accepted job
         half = algo.party()
         why = secure_refusal(party.name, party.secagg, party.secure_aggregation, half, spec)
-        if why:
-            return refuse(why)
+        if why is not None:
+            refusal = refuse(why.reason)
+            refusal.refusal = why.code
+            return refusal
         event = half.job_event(spec)
     except (TaskRejected, ValueError, TypeError, KeyError, ArithmeticError) as exc:
         return refuse(f"bad job parameters: {exc}")

@@ -110,7 +110,9 @@ def test_partial_sums_unmask_to_the_per_party_total_bit_for_bit(pki, bits, dropo
     assert req1 == req2 and set(req1.survivors) == set(masked) and set(req1.dropped) == set(gone[1:])
     for n in req1.survivors:
         assert sorted(map(repr, one.envelopes_for(0, n))) == sorted(map(repr, merged.envelopes_for(0, n)))
-    resps = [clients[n].unmask(0, req1.survivors, req1.dropped, merged.envelopes_for(0, n))
+    cr = merged.consistency_request(0)  # the consistency round: every survivor signs the set
+    merged.add_signatures(0, {n: clients[n].sign_survivors(0, cr.survivors, cr.advert_digests) for n in cr.survivors})
+    resps = [clients[n].unmask(0, req1.survivors, req1.dropped, merged.envelopes_for(0, n), merged.signatures_for(0, n))
              for n in req1.survivors if n not in silent]
     total1, total2 = one.unmask(0, resps), merged.unmask(0, resps)
     np.testing.assert_array_equal(total2, total1)

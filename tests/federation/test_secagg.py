@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, x25519
 from scipy.stats import chi2
 
 from dpfed.federation import secagg as sa
+from dpfed.federation import secagg_client, secagg_crypto
 from dpfed.federation.certs import init_ca, issue
 
 ALPHA = 1e-6  # false-alarm rate of each chi-square uniformity test below
@@ -50,6 +51,20 @@ def _names(p: int) -> tuple[str, ...]:
     return tuple(f"p{i:03d}" for i in range(p))
 
 
+def _sign_all(clients, server, r, skip=()):
+    """The consistency round: every survivor (but ``skip``) signs the survivor set the server claims."""
+    cr = server.consistency_request(r)
+    server.add_signatures(r, {n: clients[n].sign_survivors(r, cr.survivors, cr.advert_digests)
+                              for n in cr.survivors if n not in skip})
+
+
+def _unmask(clients, server, r, req, n, envelopes=None):
+    """``n``'s answer to the server's unmask request (the consistency round run first, see _sign_all)."""
+    return clients[n].unmask(r, req.survivors, req.dropped,
+                             server.envelopes_for(r, n) if envelopes is None else envelopes,
+                             server.signatures_for(r, n))
+
+
 def _run_round(clients, server, r, xs, before_input=(), after_input=()):
     """One round; parties in ``before_input`` vanish before sending their masked input (declared
     dropped), those in ``after_input`` after it (not answering the unmask request). Returns
@@ -57,8 +72,8 @@ def _run_round(clients, server, r, xs, before_input=(), after_input=()):
     routed = server.route_adverts(r, [c.advert() for c in clients.values()])
     inputs = [clients[n].masked_input(r, xs[n], routed[n]) for n in routed if n not in before_input]
     req = server.collect_masked(r, inputs)
-    resps = [clients[n].unmask(r, req.survivors, req.dropped, server.envelopes_for(r, n))
-             for n in req.survivors if n not in after_input]
+    _sign_all(clients, server, r)
+    resps = [_unmask(clients, server, r, req, n) for n in req.survivors if n not in after_input]
     return server.unmask(r, resps), req, resps
 
 
@@ -194,6 +209,7 @@ def test_unmask_request_goes_to_just_enough_survivors_and_their_answers_give_the
         gone = set(gen.permutation(cfg.parties)[: round(fraction * p)].tolist())
         routed = server.route_adverts(r, [c.advert() for c in clients.values()])
         req = server.collect_masked(r, [clients[n].masked_input(r, xs[n], routed[n]) for n in routed if n not in gone])
+        _sign_all(clients, server, r)
         asked = server.unmaskers(r)
         assert _cover_ok(cfg, req.survivors, req.dropped, asked)
         for drop_one in sorted(asked)[:3]:  # one asked party fewer is not enough (minimal enough to matter)
@@ -201,7 +217,7 @@ def test_unmask_request_goes_to_just_enough_survivors_and_their_answers_give_the
                 break
         else:
             pytest.fail("the asked set is not near-minimal: any of 3 parties could be left out")
-        resps = [clients[n].unmask(r, req.survivors, req.dropped, server.envelopes_for(r, n)) for n in asked]
+        resps = [_unmask(clients, server, r, req, n) for n in asked]
         np.testing.assert_array_equal(server.unmask(r, resps), _expected(xs, req.survivors, 16))
         if not gone:
             bound = math.ceil(2.5 * p * cfg.threshold / cfg.neighbour_count) + 1
@@ -218,13 +234,14 @@ def test_unmasking_from_a_set_missing_one_holder_fails_and_says_so(pki):
     xs = {n: np.arange(17, dtype=np.uint64) for n in cfg.parties}
     routed = server.route_adverts(0, [c.advert() for c in clients.values()])
     req = server.collect_masked(0, [clients[n].masked_input(0, xs[n], routed[n]) for n in routed])
+    _sign_all(clients, server, 0)
     asked = server.unmaskers(0)
     short = next(set(asked) - {u} for u in asked if not _cover_ok(cfg, req.survivors, req.dropped, set(asked) - {u}))
-    resps = {n: clients[n].unmask(0, req.survivors, req.dropped, server.envelopes_for(0, n)) for n in short}
+    resps = {n: _unmask(clients, server, 0, req, n) for n in short}
     with pytest.raises(sa.ReconstructionError, match="threshold"):
         server.unmask(0, resps.values())
     rest = [n for n in req.survivors if n not in short]
-    resps.update({n: clients[n].unmask(0, req.survivors, req.dropped, server.envelopes_for(0, n)) for n in rest})
+    resps.update({n: _unmask(clients, server, 0, req, n) for n in rest})
     np.testing.assert_array_equal(server.unmask(0, resps.values()), _expected(xs, req.survivors, 16))
 
 
@@ -280,9 +297,9 @@ def test_late_input_of_dropped_party_cannot_be_unmasked(pki):
     late = clients["p005"].masked_input(0, xs["p005"], routed["p005"])  # after the request: never counted
     assert server.collect_masked(0, [late]) == req and req.dropped == ("p005",)
     # a curious coordinator even hands p005's envelopes to the survivors with their unmask requests
-    resps = [clients[n].unmask(0, req.survivors, req.dropped,
-                               server.envelopes_for(0, n) + [e for e in late.envelopes if e.receiver == n])
-             for n in req.survivors]
+    _sign_all(clients, server, 0)
+    resps = [_unmask(clients, server, 0, req, n, server.envelopes_for(0, n) +
+                     [e for e in late.envelopes if e.receiver == n]) for n in req.survivors]
     np.testing.assert_array_equal(server.unmask(0, resps), _expected(xs, req.survivors, 32))
     revealed = {x.name: x.pairwise_seeds["p005"] for x in resps}
     assert set(revealed) == set(cfg.neighbours("p005")) and not any("p005" in x.self_mask_shares for x in resps)
@@ -293,7 +310,7 @@ def test_late_input_of_dropped_party_cannot_be_unmasked(pki):
     assert _chi2_bytes(best, 4) > ALPHA and _chi2_bits(best, 32) > ALPHA and _chi2_bits(xs["p005"], 32) < ALPHA
     for n in req.survivors:  # honest parties refuse to call p005 a survivor of round 0 now
         with pytest.raises(sa.UnmaskRefused):
-            clients[n].unmask(0, tuple(req.survivors) + ("p005",), (), late.envelopes)
+            clients[n].unmask(0, tuple(req.survivors) + ("p005",), (), late.envelopes, server.signatures_for(0, n))
     # t - 1 colluding survivors open p005's envelopes (the coordinator routes them): too few shares
     colluders = list(req.survivors)[: cfg.threshold - 1]
     shares = [clients[n]._open(clients[n]._rounds[0], 0, e) for n in colluders for e in late.envelopes
@@ -399,6 +416,12 @@ def test_substituted_public_key_is_detected(pki):
     assert len(clients["p000"].masked_input(0, x, adverts["p000"]).envelopes) == 5  # the honest adverts pass
 
 
+def _sign_set(clients, survivors, r=0):
+    """Every survivor signs ``survivors`` as round r's set (their own adverts' digests): the signatures."""
+    digests = {n: clients[n].advert().digest() for n in survivors}
+    return [(n, clients[n].sign_survivors(r, survivors, digests)) for n in survivors]
+
+
 def test_envelope_tampered_or_readdressed_fails(pki):
     cfg, clients, server, adverts = _setup_round(pki)
     x = np.zeros(8, np.uint64)
@@ -407,21 +430,22 @@ def test_envelope_tampered_or_readdressed_fails(pki):
     e = next(e for e in boxes["p000"] if e.sender == "p001")
     flipped = bytes([e.ciphertext[0] ^ 1]) + e.ciphertext[1:]
     args = (req.survivors, req.dropped)
+    sigs = _sign_set(clients, req.survivors)
     for bad in (dataclasses.replace(e, ciphertext=flipped), dataclasses.replace(e, sender="p002"),
                 dataclasses.replace(e, round=1), dataclasses.replace(e, job_id="job-other")):
         others = [o for o in boxes["p000"] if o.sender != bad.sender]
         with pytest.raises(sa.EnvelopeError):
-            clients["p000"].unmask(0, *args, others + [bad])
+            clients["p000"].unmask(0, *args, others + [bad], sigs)
     # the same envelope re-addressed to p002 (receiver field changed) is refused by p002
     with pytest.raises(sa.EnvelopeError):
         clients["p002"].unmask(0, *args, [dataclasses.replace(e, receiver="p002")]
-                               + [o for o in boxes["p002"] if o.sender != "p001"])
+                               + [o for o in boxes["p002"] if o.sender != "p001"], sigs)
     # reflected back to its sender as if p000 had sent it (same pair of c keys)
     with pytest.raises(sa.EnvelopeError):
         clients["p001"].unmask(0, *args, [dataclasses.replace(e, sender="p000", receiver="p001")]
-                               + [o for o in boxes["p001"] if o.sender != "p000"])
+                               + [o for o in boxes["p001"] if o.sender != "p000"], sigs)
     # a failed opening committed nothing: the untouched envelopes open and give one share per survivor
-    assert len(clients["p000"].unmask(0, *args, boxes["p000"]).self_mask_shares) == 5
+    assert len(clients["p000"].unmask(0, *args, boxes["p000"], sigs).self_mask_shares) == 5
 
 
 def _through_input(pki, **kw):
@@ -434,38 +458,44 @@ def _through_input(pki, **kw):
 def test_unmask_refuses_both_the_self_mask_share_and_the_pairwise_seed_of_one_party(pki):
     cfg, clients, envs = _through_input(pki)
     c, mine = clients["p000"], envs["p000"]
+    five = ("p000", "p001", "p002", "p003", "p004")
+    sigs = _sign_set(clients, five)
     with pytest.raises(sa.UnmaskRefused):
-        c.unmask(0, ("p000", "p001", "p002", "p003", "p004"), ("p004", "p005"), mine)
+        c.unmask(0, five, ("p004", "p005"), mine, sigs)
     assert c._rounds[0].request is None  # refused: nothing committed
     # p005 declared dropped: its seed, no share of its b; then listed as survivor -> refused
-    first = c.unmask(0, ("p000", "p001", "p002", "p003", "p004"), ("p005",), mine)
+    first = c.unmask(0, five, ("p005",), mine, sigs)
     assert set(first.pairwise_seeds) == {"p005"} and "p005" not in first.self_mask_shares
     assert set(first.self_mask_shares) == {"p001", "p002", "p003", "p004"}
     with pytest.raises(sa.UnmaskRefused):
-        c.unmask(0, ("p000", "p001", "p002", "p003", "p004", "p005"), (), mine)
+        c.unmask(0, ("p000", "p001", "p002", "p003", "p004", "p005"), (), mine, sigs)
     with pytest.raises(sa.UnmaskRefused):  # and the reverse: a survivor cannot later be called dropped
-        c.unmask(0, ("p000", "p002", "p003", "p004"), ("p001", "p005"), mine)
+        c.unmask(0, ("p000", "p002", "p003", "p004"), ("p001", "p005"), mine, sigs)
     with pytest.raises(sa.UnmaskRefused):  # nor can a later request merely add a dropped party
-        c.unmask(0, ("p000", "p001", "p002", "p003"), ("p004", "p005"), mine)
-    again = c.unmask(0, ("p000", "p001", "p002", "p003", "p004"), ("p005",), mine)  # the same request: same answer
+        c.unmask(0, ("p000", "p001", "p002", "p003"), ("p004", "p005"), mine, sigs)
+    again = c.unmask(0, five, ("p005",), mine, sigs)  # the same request: same answer
     assert again == first
 
 
 def test_fewer_than_min_survivors_or_threshold_neighbours_reveals_nothing(pki):
     cfg, clients, envs = _through_input(pki, min_survivors=5)
     survivors, dropped = ("p000", "p001", "p002", "p003"), ("p004", "p005")
+    digests = {n: clients[n].advert().digest() for n in survivors}
     for n in survivors:
         with pytest.raises(sa.TooFewSurvivors):
+            clients[n].sign_survivors(0, survivors, digests)
+        with pytest.raises(sa.UnmaskRefused):
             clients[n].unmask(0, survivors, dropped, envs[n])
-        assert clients[n]._rounds[0].request is None  # no share released, no state changed
+        assert clients[n]._rounds[0].request is None and clients[n]._rounds[0].signed is None  # nothing released
     server = sa.SecAggServer(cfg)
     server._r(0).mask_sets = {n: set() for n in cfg.parties}
     with pytest.raises(sa.ReconstructionError):
         server.collect_masked(0, [sa.MaskedInput(cfg.job_id, 0, n, np.zeros(4, np.uint64)) for n in survivors])
     # threshold 4 of 5 neighbours: with only 3 of p000's neighbours surviving its b could not be rebuilt
     cfg, clients, envs = _through_input(pki, min_survivors=3, threshold=4)
+    digests = {n: clients[n].advert().digest() for n in survivors}
     with pytest.raises(sa.UnmaskRefused, match="threshold"):
-        clients["p000"].unmask(0, ("p000", "p001", "p002", "p003"), ("p004", "p005"), envs["p000"])
+        clients["p000"].sign_survivors(0, survivors, digests)
     assert clients["p000"]._rounds[0].request is None
 
 
@@ -551,7 +581,7 @@ def test_masks_uniform_mod_2_to_the_b_and_the_test_rejects_uncleared_top_bits(bi
     m = sa.expand_mask(seed, 3, d, bits)
     low, high = _chi2_low_high(m, bits)
     assert low > ALPHA and high > ALPHA, (seed.hex(), low, high)
-    monkeypatch.setattr(sa, "_clear_top", lambda a, b: a)
+    monkeypatch.setattr(secagg_crypto, "clear_top", lambda a, b: a)
     raw = sa.expand_mask(seed, 3, d, bits)
     np.testing.assert_array_equal(raw & np.uint64((1 << bits) - 1), m)
     if bits == 8 * WORD_BYTES[bits]:
@@ -611,7 +641,8 @@ def test_adverts_by_reference_resolve_only_to_adverts_the_party_verified(pki):
         inputs = [clients[n].masked_input(r, xs[n], refs[n]) for n in cfg.parties]
         assert all(set(clients[n]._rounds[r].peers) == set(cfg.neighbours(n)) for n in cfg.parties)
         req = server.collect_masked(r, inputs)
-        total = server.unmask(r, [clients[n].unmask(r, req.survivors, req.dropped, server.envelopes_for(r, n))
+        _sign_all(clients, server, r)
+        total = server.unmask(r, [_unmask(clients, server, r, req, n)
                                   for n in req.survivors])
         np.testing.assert_array_equal(total, _expected(xs, cfg.parties, 32))
 
@@ -660,8 +691,9 @@ def test_a_restarted_party_is_dropped_until_its_new_keys_are_routed(pki):
         clients["p003"].masked_input(1, xs["p003"], routed["p003"])
     inputs = [clients[n].masked_input(1, xs[n], routed[n]) for n in cfg.parties if n != "p003"]
     req = server.collect_masked(1, inputs)
+    _sign_all(clients, server, 1)
     assert req.dropped == ("p003",)
-    total = server.unmask(1, [clients[n].unmask(1, req.survivors, req.dropped, server.envelopes_for(1, n))
+    total = server.unmask(1, [_unmask(clients, server, 1, req, n)
                               for n in req.survivors])
     np.testing.assert_array_equal(total, _expected(xs, req.survivors, 32))
     total, req, _ = _run_round(clients, server, 2, xs)
@@ -747,9 +779,9 @@ def test_key_agreements_and_signatures_once_per_job_not_per_round(pki, monkeypat
         ecdsa.append(alg)
         return ec.ECDSA(alg)
 
-    monkeypatch.setattr(sa, "x25519", types.SimpleNamespace(X25519PrivateKey=_CountingKey,
+    monkeypatch.setattr(secagg_client, "x25519", types.SimpleNamespace(X25519PrivateKey=_CountingKey,
                                                             X25519PublicKey=x25519.X25519PublicKey))
-    monkeypatch.setattr(sa, "ec", types.SimpleNamespace(ECDSA=counting_ecdsa,
+    monkeypatch.setattr(secagg_client, "ec", types.SimpleNamespace(ECDSA=counting_ecdsa,
                                                         EllipticCurvePrivateKey=ec.EllipticCurvePrivateKey,
                                                         EllipticCurvePublicKey=ec.EllipticCurvePublicKey))
     _CountingKey.calls.clear()
@@ -773,7 +805,8 @@ def test_key_agreements_and_signatures_once_per_job_not_per_round(pki, monkeypat
                 np.testing.assert_array_equal(m.y, want & np.uint64((1 << 32) - 1))
             _CountingKey.calls.clear()
         req = server.collect_masked(r, ys.values())
-        total = server.unmask(r, [clients[n].unmask(r, req.survivors, req.dropped, server.envelopes_for(r, n))
+        _sign_all(clients, server, r)
+        total = server.unmask(r, [_unmask(clients, server, r, req, n)
                                   for n in req.survivors])
         np.testing.assert_array_equal(total, _expected(xs, req.survivors, 32))
         if r == 0:
