@@ -1,7 +1,8 @@
 """A secure job is refused in ``decide``, before any charge, for everything that would stop it later
 (issue 24, items 3 and 4): rosters SecAgg cannot run (fewer than 2 names, a name twice, invalid names,
 70,001 names), and the party's own trust settings (min_survivors, colluders, min_honest_shares, peers).
-Each refusal is asserted on the decision's code and on the ledger (no charge), with an accepted control."""
+Each refusal is asserted on the decision's code and on the ledger (no charge), with an accepted control.
+And after a restart, a round whose masked input the ledger refused is never signed or unmasked (item 7)."""
 from __future__ import annotations
 
 import hashlib
@@ -84,3 +85,69 @@ def test_peers_by_certificate_fingerprint_pin_the_certificate_of_an_unnamed_part
     assert setup.accept_cert("party-2", b"another certificate")
     with pytest.raises(ValueError, match="sha256"):
         SecAggParty(crt, key, ca, peers=("sha256:xyz",))
+
+
+def test_a_round_whose_masked_input_the_ledger_refused_is_never_unmasked(tmp_path, creds_three):
+    """A party restarted (a new session on the same ledger: new SecAgg keys) is sent round 0's masked
+    task again, with its new advert: the ledger already holds round 0's masked input of the old session
+    and refuses the new one, and the new session forgets the round: it signs no survivor set and answers
+    no unmask request for it (its new keys' seeds would not match the masked input that left)."""
+    from dpfed.algorithms import get_algorithm
+    from dpfed.algorithms.contract import Task
+    from dpfed.federation import secagg as sa
+    from dpfed.federation import secure_wire as sw
+    from dpfed.federation.session import TaskError
+
+    ca, certs = creds_three
+    roster = sorted(certs)
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(size=(50, 3)), rng.integers(0, 2, 50).astype(np.int64)
+    ledger_path = tmp_path / "ledger.sqlite"
+    spec = _spec("job-restart", roster, min_survivors=3)
+    cfg = sw.secagg_config(spec, 16)
+    others = {n: sa.SecAggClient(cfg, n, *certs[n], ca).advert() for n in roster[1:]}
+    inner = get_algorithm("naive-bayes").coordinator(spec, roster).next_task()
+
+    def session():
+        ledger = BudgetLedger(ledger_path, epsilon_limit=10.0, delta_limit=1e-5, accountant="rdp")
+        party = PartyContext(roster[0], X, y, SCHEMA, ledger, secagg=SecAggParty(*certs[roster[0]], ca))
+        d = decide(party, spec)
+        assert d.accept, d.reason
+        return d.session
+
+    def masked_task(s):
+        mine = sw.adverts_from_arrays(s.answer(Task(spec.job_id, 0, sw.ADVERTISE, {"kind": inner.kind})),
+                                      spec.job_id, roster)[0]
+        arrays = {**{sw.INNER + k: v for k, v in inner.arrays.items()},
+                  **sw.adverts_to_arrays([mine, *others.values()], roster, sw.ADV)}
+        return Task(spec.job_id, 0, sw.MASKED, {"kind": inner.kind, "params": dict(inner.params)}, arrays), mine
+
+    first = session()
+    task, old = masked_task(first)
+    assert "y" in first.answer(task)
+    second = session()  # the restart: same ledger, new keys
+    task2, new = masked_task(second)
+    assert new.digest() != old.digest()
+    with pytest.raises(TaskError):
+        second.answer(task2)  # the ledger holds round 0's masked input already
+    digests = {roster[0]: new.digest(), **{n: a.digest() for n, a in others.items()}}
+    req = sa.ConsistencyRequest(spec.job_id, 0, tuple(roster), digests)
+    consistency = Task(spec.job_id, 0, sw.CONSISTENCY, {"kind": inner.kind, "survivors": roster},
+                       sw.consistency_to_arrays(req, roster))
+    with pytest.raises(TaskError, match="no masked input"):
+        second.answer(consistency)
+    unmask = Task(spec.job_id, 0, sw.UNMASK, {"kind": inner.kind, "survivors": roster, "dropped": []},
+                  sw.envelopes_to_arrays([], roster, sw.ENV))
+    with pytest.raises(TaskError, match="no masked input"):
+        second.answer(unmask)
+
+
+@pytest.fixture(scope="module")
+def creds_three(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pki3")
+    init_ca(d)
+    certs = {}
+    for n in ("party-0", "party-1", "party-2"):
+        crt, key = issue(n, d)
+        certs[n] = (crt.read_bytes(), key.read_bytes())
+    return (d / "ca.crt").read_bytes(), certs
