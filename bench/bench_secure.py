@@ -1,5 +1,6 @@
 """A secure round against a plain round, measured side by side in one run. Run:
-``python bench/bench_secure.py [--repeats 3]``; prints a table and writes bench/results/secure.md.
+``python bench/bench_secure.py [--repeats 3]``; prints a table and writes bench/results/secure.md (the
+newest run replaces the file: keep earlier runs below it by hand, as that file does).
 
 Both rounds run every party and the coordinator in this one process, one after another (wall time
 of the whole round = the sum of all parties' and the coordinator's work; network excluded, the
