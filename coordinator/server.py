@@ -62,6 +62,7 @@ from coordinator.runner import JobRunner
 from coordinator.rpc import Abort, check_version, guard, guard_stream
 from coordinator.state import RESUMABLE_STATES, JobRecord, StateStore
 from dpfed.algorithms.contract import JobSpec
+from dpfed.algorithms.offer import offer_refusal
 from dpfed.algorithms.params import validate
 from dpfed.core.names import NAME_RULE, valid_name
 from dpfed.data.schema import Schema
@@ -167,6 +168,9 @@ class Coordinator(PartyCalls, JobRunner):
             validate(algo, params, Schema.from_dict(schema) if schema else None)
         except ValueError as exc:
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        why = offer_refusal(algo, JobSpec(job_id, req.algorithm, params, Schema.from_dict(schema))) if schema else None
+        if why:  # the parties' own check of the job's spend, cheap even for a typo (dpfed.algorithms.offer)
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, f"job refused: {why}")
         with self._cond:
             if job_id in self.jobs:
                 raise Abort(grpc.StatusCode.ALREADY_EXISTS, f"job {job_id!r} exists already (to continue it after "

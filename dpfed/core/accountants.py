@@ -46,7 +46,7 @@ from dpfed.core.memo import shared_cache
 __all__ = [
     "Neighbouring", "Accountant", "PLD_VALUE_DISCRETIZATION", "RELATIVE_GRID", "PLD_MAX_GRID",
     "AccountingError", "pld_grid", "make_accountant", "check_probability", "epsilon", "delta",
-    "parallel_epsilon",
+    "parallel_epsilon", "relation", "MAX_PLD_STEPS", "loss_scale", "guarded_grid",
 ]
 
 Neighbouring = Literal["add_remove", "replace_one"]
@@ -83,7 +83,8 @@ class AccountingError(DpfedError, ValueError):
     """An event the chosen accountant / neighbouring relation cannot account for."""
 
 
-def _relation(neighbouring: str) -> privacy_accountant.NeighboringRelation:
+def relation(neighbouring: str) -> privacy_accountant.NeighboringRelation:
+    """dp-accounting's neighbouring relation named ``neighbouring`` ("add_remove" or "replace_one")."""
     try:
         return _RELATIONS[neighbouring]
     except KeyError:
@@ -95,7 +96,7 @@ def make_accountant(accountant: str = "pld", neighbouring: str = "add_remove", *
                     pld_discretization: float = PLD_VALUE_DISCRETIZATION,
                     ) -> privacy_accountant.PrivacyAccountant:
     """A fresh dp-accounting accountant ("pld" or "rdp") for the named relation."""
-    rel = _relation(neighbouring)
+    rel = relation(neighbouring)
     if accountant == "pld":
         if not (pld_discretization > 0 and math.isfinite(pld_discretization)):
             raise ValueError(f"pld_discretization must be positive, got {pld_discretization!r}")
@@ -152,7 +153,8 @@ def check_probability(name: str, value: float, *, allow_zero: bool = False) -> N
 def epsilon(event: DpEvent, delta: float, *, accountant: str = "pld",
             neighbouring: str = "add_remove",
             pld_discretization: float = PLD_VALUE_DISCRETIZATION) -> float:
-    """Smallest epsilon such that ``event`` is (epsilon, delta)-DP per the accountant."""
+    """Smallest epsilon such that ``event`` is (epsilon, delta)-DP per the accountant. PLD: on the grid
+    ``pld_discretization``, or a coarser one when that grid would make the PLD huge (:func:`guarded_grid`)."""
     check_probability("delta", delta, allow_zero=True)
     return _epsilon_cached(event_to_json(event), float(delta), accountant, neighbouring,
                            float(pld_discretization))
@@ -161,7 +163,10 @@ def epsilon(event: DpEvent, delta: float, *, accountant: str = "pld",
 @shared_cache(maxsize=256)
 def _epsilon_cached(event_json: str, delta_: float, accountant: str, neighbouring: str,
                     pld_discretization: float) -> float:
-    acc = _composed(event_from_json(event_json), accountant, neighbouring, pld_discretization)
+    event = event_from_json(event_json)
+    if accountant == "pld":
+        pld_discretization = guarded_grid(event, delta_, neighbouring, pld_discretization)
+    acc = _composed(event, accountant, neighbouring, pld_discretization)
     return float(acc.get_epsilon(delta_))
 
 
@@ -171,8 +176,72 @@ def delta(event: DpEvent, epsilon: float, *, accountant: str = "pld",
     """Smallest delta such that ``event`` is (epsilon, delta)-DP per the accountant."""
     if not epsilon >= 0:
         raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
+    if accountant == "pld":
+        pld_discretization = guarded_grid(event, epsilon, neighbouring, pld_discretization, at_epsilon=True)
     acc = _composed(event, accountant, neighbouring, pld_discretization)
     return float(acc.get_delta(epsilon))
+
+
+# --------------------------------------------------------------------------- PLD size guard
+
+#: Largest privacy-loss scale, in grid steps, that one PLD question discretises (:func:`guarded_grid`): a
+#: PLD then holds a few times this many points (a few MB), however large the real epsilon is.
+MAX_PLD_STEPS = 200_000
+
+
+#: Renyi orders of :func:`loss_scale`: a dozen (dp-accounting's default has ~100), a few times cheaper; any
+#: set of orders gives a valid RDP bound, a sparser one a slightly looser one.
+_SCALE_ORDERS = (1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 64.0, 128.0, 256.0, 1024.0)
+
+
+def _pure_bound(ev: DpEvent) -> float:
+    """Pure epsilon of a release RDP does not account for (its privacy-loss range), 0 when unknown."""
+    if isinstance(ev, dp_accounting.LaplaceDpEvent) and ev.noise_multiplier > 0:
+        return 1.0 / float(ev.noise_multiplier)
+    if isinstance(ev, dp_accounting.dp_event.DiscreteLaplaceDpEvent):
+        return float(ev.noise_parameter) * float(ev.sensitivity)
+    if isinstance(ev, EpsilonDeltaBoundDpEvent):
+        return float(ev.epsilon)
+    if isinstance(ev, dp_accounting.RandomizedResponseDpEvent) and ev.noise_parameter > 0:
+        return math.log1p(ev.num_buckets * (1.0 - ev.noise_parameter) / ev.noise_parameter)
+    if isinstance(ev, dp_accounting.PoissonSampledDpEvent):
+        return math.log1p(float(ev.sampling_probability) * math.expm1(min(_pure_bound(ev.event), 700.0)))
+    return 0.0
+
+
+def loss_scale(event: DpEvent, delta: float, neighbouring: str = "add_remove") -> float:
+    """A cheap estimate of the scale of ``event``'s privacy loss, which sets how wide a PLD grid keeps the
+    PLD small: its RDP epsilon at ``delta`` (Mironov 2017; milliseconds) for the releases RDP accounts,
+    plus the pure epsilon of the others. An upper bound on epsilon where RDP covers everything; only a
+    size estimate otherwise (soundness never depends on it: any PLD grid gives an upper bound)."""
+    if not 0 < delta < 1:
+        return 0.0
+    rdp = _RDPAccountant(orders=_SCALE_ORDERS, neighboring_relation=relation(neighbouring))
+    rest, any_rdp = 0.0, False
+    for key, n in flatten([event]).items():
+        ev = event_from_json(key)
+        part = dp_accounting.SelfComposedDpEvent(ev, n) if n > 1 else ev
+        if rdp.supports(part):
+            rdp.compose(part)
+            any_rdp = True
+        else:
+            rest += n * _pure_bound(ev)
+    scale = rest + (float(rdp.get_epsilon(delta)) if any_rdp else 0.0)
+    return scale if math.isfinite(scale) else 0.0
+
+
+def guarded_grid(event: DpEvent, delta: float, neighbouring: str, grid: float, *, at_epsilon: bool = False) -> float:
+    """``grid`` doubled until :func:`loss_scale` spans at most :data:`MAX_PLD_STEPS` steps: the grid of
+    every PLD dpfed builds. Unchanged for every question about an epsilon near its grid's (a plan, a ledger
+    near its limit: scale < 4 epsilon from 5 on); coarser only when the privacy loss is far larger than the
+    question (an offer whose real epsilon is 1300 against a grid made for 1), where the fine PLD would take
+    minutes and gigabytes. A coarser grid still gives an upper bound (pessimistic discretisation,
+    Doroshenko et al. 2022), looser by a few grid steps. ``at_epsilon``: ``delta`` is an epsilon (a question
+    about delta), whose scale is itself."""
+    scale = float(delta) if at_epsilon else loss_scale(event, delta, neighbouring)
+    while scale > MAX_PLD_STEPS * grid:
+        grid *= 2.0
+    return grid
 
 
 def parallel_epsilon(events_per_partition: Sequence[DpEvent], delta: float, **kw: Any) -> float:

@@ -10,6 +10,7 @@ accountants and calibration apart:
 :mod:`dpfed.core.composition`  composition (canonical multisets, basic, advanced) and plan coverage
 :mod:`dpfed.core.accountants`  PLD / RDP accountants, epsilon, delta, the PLD grid rule
 :mod:`dpfed.core.calibration`  noise calibration (never overshoots its target), DP-SGD events
+:mod:`dpfed.core.offer_cost`   cheap bounds that decide an offer before any expensive PLD
 ============================  =====================================================================
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from dp_accounting.dp_event import DpEvent
 
 from dpfed.core.accountants import (
+    MAX_PLD_STEPS,
     PLD_MAX_GRID,
     PLD_VALUE_DISCRETIZATION,
     RELATIVE_GRID,
@@ -25,6 +27,8 @@ from dpfed.core.accountants import (
     Neighbouring,
     delta,
     epsilon,
+    guarded_grid,
+    loss_scale,
     make_accountant,
     parallel_epsilon,
     pld_grid,
@@ -48,6 +52,7 @@ from dpfed.core.composition import (
     within,
 )
 from dpfed.core.event_json import event_from_json, event_to_json
+from dpfed.core.offer_cost import epsilon_lower_bound, exceeds
 from dpfed.core.events import (
     DistributedDiscreteGaussianDpEvent,
     EpsilonDeltaBoundDpEvent,
@@ -61,4 +66,5 @@ __all__ = [
     "calibrate", "calibrate_noise_multiplier", "gaussian_noise_multiplier", "gaussian_delta",
     "MAX_CALIBRATION_EVALUATIONS", "within", "dominated", "event_to_json", "event_from_json", "DpEvent",
     "EpsilonDeltaBoundDpEvent", "ScalarDiscreteGaussianDpEvent", "DistributedDiscreteGaussianDpEvent",
+    "MAX_PLD_STEPS", "loss_scale", "guarded_grid", "epsilon_lower_bound", "exceeds",
 ]

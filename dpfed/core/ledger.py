@@ -72,7 +72,7 @@ class BudgetExceededError(DpfedError):
     """
 
     def __init__(self, limit: tuple[float, float], spent: float, requested: float,
-                 job: str | None = None) -> None:
+                 job: str | None = None, *, at_least: bool = False) -> None:
         self.limit = (float(limit[0]), float(limit[1]))
         self.spent = float(spent)
         self.requested = float(requested)
@@ -81,7 +81,7 @@ class BudgetExceededError(DpfedError):
         super().__init__(
             f"privacy budget exceeded{who}: limit (epsilon={self.limit[0]:.6g}, "
             f"delta={self.limit[1]:.3g}), spent epsilon={self.spent:.6g}, requested charge "
-            f"would bring the total to epsilon={self.requested:.6g}; nothing was charged")
+            f"would bring the total to epsilon{'>=' if at_least else '='}{self.requested:.6g}; nothing was charged")
 
 
 class BudgetLedger:
@@ -195,6 +195,21 @@ class BudgetLedger:
             self._job_charges[job] += 1
             self._seen_seq = seq
 
+    def _refuse_early(self, counts: Counter[Any], job: str | None) -> None:
+        """Raise :class:`BudgetExceededError` when the exact PLD of the total would be large (its grid widened by
+        :func:`dpfed.core.accountants.guarded_grid`) and a cheap proven lower bound already exceeds the limit
+        (:func:`dpfed.core.offer_cost.exceeds`): the exact answer is "exceeds" too, and would take minutes."""
+        if self.accountant != "pld" or not counts:
+            return
+        total = accounting.from_counts(counts)
+        grid = self.pld_discretization
+        if accounting.guarded_grid(total, self.delta_limit, self.neighbouring, grid) == grid:
+            return  # the exact PLD is small: it decides, and the refusal names the exact total
+        low = accounting.exceeds(total, self.delta_limit, self.epsilon_limit, neighbouring=self.neighbouring)
+        if low is not None:
+            raise BudgetExceededError((self.epsilon_limit, self.delta_limit), self._epsilon(self._counts), low, job,
+                                      at_least=True)
+
     def _epsilon(self, counts: Counter[Any]) -> float:
         if not counts:
             return 0.0
@@ -238,6 +253,7 @@ class BudgetLedger:
                         c.execute("COMMIT")
                         return self._epsilon(self._counts)
                 self._refresh(c)
+                self._refuse_early(self._counts + new, job)
                 after = self._epsilon(self._counts + new)
                 if not after <= self.epsilon_limit:
                     raise BudgetExceededError((self.epsilon_limit, self.delta_limit),
@@ -350,6 +366,10 @@ class BudgetLedger:
         new = _flatten_json(accounting.event_to_json(event))
         with self._lock:
             self._refresh(self._db())
+            try:
+                self._refuse_early(self._counts + new, None)
+            except BudgetExceededError:
+                return True
             return not self._epsilon(self._counts + new) <= self.epsilon_limit
 
     def spent(self, job: str | None = None) -> float:
