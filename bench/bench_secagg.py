@@ -47,9 +47,12 @@ def party_rows(ca: bytes, certs: dict, d: int, neighbours: int, bits: int, repea
     for r in range(repeats + 1):  # round 0 checks the adverts and agrees with each neighbour: once per job
         t["prepare"].append(_cpu(lambda: clients[me].prepare_round(r, adverts)))
         t["mask"].append(_cpu(lambda: clients[me].masked_input(r, x, adverts)))
-        envs = [e for n, c in clients.items() if n != me for e in c.prepare_round(r, adverts) if e.receiver == me]
+        envs = [e for n, c in clients.items() if n != me for e in c.masked_input(r, x, adverts).envelopes
+                if e.receiver == me]
         surv, drop = cfg.parties[: len(cfg.parties) - 2], cfg.parties[-2:]
-        t["unmask"].append(_cpu(lambda: clients[me].unmask(r, surv, drop, envs)))
+        digests = {n: clients[n].advert().digest() for n in surv}
+        sigs = [(n, clients[n].sign_survivors(r, surv, digests)) for n in surv]  # the consistency round
+        t["unmask"].append(_cpu(lambda: clients[me].unmask(r, surv, drop, envs, sigs)))  # signatures checked
     return [(f"party {k} (d = {d:.0e}, {neighbours} neighbours, B = {bits})", min(v[1:])) for k, v in t.items()]
 
 
@@ -66,7 +69,10 @@ def server_row(ca: bytes, certs: dict, p: int, d: int, bits: int, dropout: bool,
         routed = server.route_adverts(r, [c.advert() for c in clients.values()])
         inputs = [clients[n].masked_input(r, xs[n], routed[n]) for n in routed if n not in gone]
         req = server.collect_masked(r, inputs)
-        resps = [clients[n].unmask(r, req.survivors, req.dropped, server.envelopes_for(r, n)) for n in req.survivors]
+        cr = server.consistency_request(r)
+        server.add_signatures(r, {n: clients[n].sign_survivors(r, cr.survivors, cr.advert_digests) for n in cr.survivors})
+        resps = [clients[n].unmask(r, req.survivors, req.dropped, server.envelopes_for(r, n), server.signatures_for(r, n))
+                 for n in req.survivors]
         out: list[np.ndarray] = []
         best = min(best, _cpu(lambda: out.append(server.unmask(r, resps))))
         want = np.zeros(d, np.uint64)
