@@ -9,11 +9,12 @@ logistic-regression or linear-SVM learner reuses the same engine by supplying on
 What a learner supplies (:mod:`.gradient`): an object with
 
 * ``dimension``: the length of one record's flat gradient (every learned parameter, in a fixed order);
-* ``rows(X, y)``: the per-record gradients, shape (B, dimension), not clipped (a record whose gradient
-  is not finite must come back as a zero row: a NaN would survive clipping and noise);
+* ``rows(X, y)``: the per-record gradients, shape (B, dimension), not clipped (the engine zeroes a row
+  whose norm is not finite: a NaN would survive clipping and noise and tell whether the record was sampled);
 * ``ghost(X, y)``: None, or a :class:`GhostBatch` for *ghost clipping*: the per-record gradient norms
   from dot products (``norms()``) and the weighted sum ``sum_i w_i g_i`` (``weighted_sum(w)``) without
-  materialising one row per record. Use it when the model allows it (a linear model's gradient is
+  materialising one row per record (the learner zeroes a non-finite record's terms: its weight is 0,
+  and 0 * inf is NaN). Use it when the model allows it (a linear model's gradient is
   ``l'(x.w, y) x``, so its norm is ``|l'| |x|`` and the weighted sum is ``X^T (w l')``).
 
 What the engine does with it:

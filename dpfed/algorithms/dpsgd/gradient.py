@@ -38,7 +38,8 @@ class PerRecordGradient(Protocol):
         """Length of one record's flat gradient (every learned parameter, in a fixed order)."""
 
     def rows(self, X: np.ndarray, y: np.ndarray | None) -> np.ndarray:
-        """(B, dimension) per-record gradients, not clipped; a non-finite record as a zero row."""
+        """(B, dimension) per-record gradients, not clipped (a row with a non-finite norm is zeroed by
+        :func:`clip_rows`)."""
 
     def ghost(self, X: np.ndarray, y: np.ndarray | None) -> GhostBatch | None:
         """The batch for ghost clipping, or None (the engine then clips :meth:`rows`)."""
