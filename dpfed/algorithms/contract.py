@@ -19,7 +19,7 @@ import argparse
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Mapping, Sequence
 
 import numpy as np
 from dp_accounting import DpEvent
@@ -186,6 +186,15 @@ def jsonable(obj: Any) -> Any:
 class PartyAlgorithm(ABC):
     """The party half: spend from public parameters, then clipped and noised answers."""
 
+    #: True only on dpfed's own party halves (:func:`is_builtin`: strict release checking). Not inherited: a
+    #: subclass is builtin only when its own class body says so, so a plugin deriving from one is not.
+    builtin: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "builtin" not in cls.__dict__:
+            cls.builtin = False
+
     @abstractmethod
     def job_event(self, spec: JobSpec) -> DpEvent:
         """The whole job's privacy cost at this party, computed from ``spec`` alone (never from data)."""
@@ -234,8 +243,9 @@ class PartyAlgorithm(ABC):
 
 
 def is_builtin(half: PartyAlgorithm) -> bool:
-    """True for dpfed's own algorithms, which must report their releases (strict checking)."""
-    return type(half).__module__.startswith("dpfed.")
+    """True for dpfed's own algorithms (``builtin = True`` in their class), which must report their releases
+    (strict checking); a third-party plugin is not builtin."""
+    return bool(type(half).builtin)
 
 
 def released_arrays(half: PartyAlgorithm, task: Task, out: Answer | Released, planned: DpEvent | None) -> Answer:

@@ -30,6 +30,8 @@ class KMeansParty(PartyAlgorithm):
     """Local noise: one task ("fit", round 0), private centers and noisy sizes from this party's records.
     Distributed noise under secure aggregation: the rounds of :mod:`dpfed.algorithms.kmeans.secure`."""
 
+    builtin = True
+
     def job_event(self, spec: JobSpec) -> dp_event.DpEvent:
         if _distributed(spec):
             return secure_job_event(spec)

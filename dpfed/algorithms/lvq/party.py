@@ -54,6 +54,8 @@ __all__ = ["LVQParty"]
 class LVQParty(PartyAlgorithm):
     """Answers ``init`` and ``step`` tasks with clipped, noised sums; each round at most once."""
 
+    builtin = True
+
     def __init__(self) -> None:
         self._last_round: dict[str, int] = {}
         self._jobs: dict[str, tuple[JobSpec, dict[str, Any], PrivacyPlan, Layout]] = {}

@@ -22,6 +22,8 @@ __all__ = ["NaiveBayesParty"]
 class NaiveBayesParty(PartyAlgorithm):
     """The party half: one task, the noisy weighted statistics vector."""
 
+    builtin = True
+
     def job_event(self, spec: JobSpec) -> dp_event.DpEvent:
         try:
             return plan_release(spec).event
