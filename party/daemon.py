@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -239,7 +240,7 @@ def _secagg(config: PartyConfig) -> SecAggParty | None:
     return SecAggParty(Path(tls.cert).read_bytes(), Path(tls.key).read_bytes(), Path(tls.ca).read_bytes(),
                        min_survivors=config.min_survivors, dropout=config.dropout, colluders=config.colluders,
                        min_honest_shares=config.min_honest_shares, peers=config.peers,
-                       revoked=revoked_serials(tls))  # the revocation list as the daemon starts
+                       revocation=functools.partial(revoked_serials, tls))  # re-read when it changes
 
 
 def _watch_parent(parent: int) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +56,8 @@ log = logging.getLogger("dpfed.party")
 @dataclass(frozen=True)
 class SecAggParty:
     """A party's secure-aggregation setup: its certificate and key (they sign its SecAgg keys and survivor
-    sets), the deployment CA (checks everyone else's) and the serials on its revocation list, and the
+    sets), the deployment CA (checks everyone else's) and its revocation list (``revoked``, and
+    ``revocation`` to re-read it: the daemon's reads the CRL file when it changes, at each job), and the
     party's own trust settings, applied before any charge (:func:`secure_refusal`):
 
     * ``min_survivors``: the fewest survivors (P_min) a job may plan for;
@@ -80,6 +81,11 @@ class SecAggParty:
     min_honest_shares: int = 1
     peers: tuple[str, ...] = ()
     revoked: frozenset[int] = frozenset()
+    revocation: Callable[[], Collection[int]] | None = None  # re-reads the deployment's revocation list
+
+    def revoked_now(self) -> frozenset[int]:
+        """The revoked serials as of now (``revoked`` and, if set, ``revocation()``): read per job."""
+        return self.revoked | frozenset(self.revocation() if self.revocation is not None else ())
 
     def __post_init__(self) -> None:
         if self.min_survivors < 2:
@@ -205,8 +211,12 @@ class SecureParty:
     def _client(self, bits: int) -> sa.SecAggClient:
         c = self._clients.get(bits)
         if c is None:
+            try:
+                revoked = self.setup.revoked_now()
+            except Exception as exc:  # noqa: BLE001 - e.g. the CRL file vanished: refuse, never crash
+                raise TaskRejected(f"the revocation list cannot be read ({type(exc).__name__}: {exc})") from None
             c = sa.SecAggClient(sw.secagg_config(self.spec, bits), self.name, self.setup.cert_pem,
-                                self.setup.key_pem, self.setup.ca_pem, revoked=self.setup.revoked,
+                                self.setup.key_pem, self.setup.ca_pem, revoked=revoked,
                                 accept=self.setup.accept_cert)
             self._clients[bits] = c
         return c

@@ -151,3 +151,14 @@ def creds_three(tmp_path_factory):
         crt, key = issue(n, d)
         certs[n] = (crt.read_bytes(), key.read_bytes())
     return (d / "ca.crt").read_bytes(), certs
+
+
+def test_the_revocation_list_is_read_again_for_each_job(creds):
+    """The daemon's SecAggParty re-reads the CRL when a job's SecAgg client is made: a certificate revoked
+    after the daemon started is refused by the next job's advert checks."""
+    crt, key, ca, _ = creds
+    listed: set[int] = set()
+    setup = SecAggParty(crt, key, ca, revoked=frozenset({1}), revocation=lambda: set(listed))
+    assert setup.revoked_now() == {1}
+    listed.add(7)
+    assert setup.revoked_now() == {1, 7}
