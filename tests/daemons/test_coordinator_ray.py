@@ -110,7 +110,7 @@ def test_a_job_runs_through_ingress_shards(ray_cluster, tmp_path):
 
 
 def test_shards_and_the_centre_refuse_the_wrong_calls(ray_cluster, tmp_path):
-    pki = make_pki(tmp_path / "pki", parties=1)
+    pki = make_pki(tmp_path / "pki", parties=2)
     server = start_coordinator(pki, tmp_path / "state", **SHARDS)
     ch, stub = raw_stub(pki, server.port, "party-0")
     try:
@@ -130,6 +130,10 @@ def test_shards_and_the_centre_refuse_the_wrong_calls(ray_cluster, tmp_path):
         with pytest.raises(grpc.RpcError) as exc:
             next(op.TaskStream(pb.StreamRequest(version=PROTOCOL_VERSION, session=reg.session), timeout=10))
         assert exc.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        pch, other = _shard_stub(pki, reg.shard, "party-1")  # another party's certificate, party-0's session
+        with pytest.raises(grpc.RpcError) as exc:
+            next(other.TaskStream(pb.StreamRequest(version=PROTOCOL_VERSION, session=reg.session), timeout=10))
+        assert exc.value.code() == grpc.StatusCode.PERMISSION_DENIED and "belongs to 'party-0'" in exc.value.details()
         ech, evil = _shard_stub(pki, reg.shard, "party-0", evil=True)
         with pytest.raises(grpc.RpcError) as exc:
             next(evil.TaskStream(pb.StreamRequest(version=PROTOCOL_VERSION, session=reg.session), timeout=10))
@@ -139,7 +143,7 @@ def test_shards_and_the_centre_refuse_the_wrong_calls(ray_cluster, tmp_path):
         with admin(pki, server.port) as client:
             wait_until(lambda: _connected(client, 1), 30, "the stream at the shard to count as connected")
         stream.cancel()
-        for c in (sch, och, ech):
+        for c in (sch, och, pch, ech):
             c.close()
     finally:
         ch.close()
