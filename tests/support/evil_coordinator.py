@@ -47,7 +47,7 @@ class _Conn:
 class EvilCoordinator(pbg.PartyServicer):
     """``with EvilCoordinator(tls) as evil:`` serves on a free loopback port (``evil.port``)."""
 
-    def __init__(self, tls: TlsFiles | None, *, chunk_bytes: int = 1 << 20) -> None:
+    def __init__(self, tls: TlsFiles | None, *, chunk_bytes: int = 1 << 20, max_workers: int = 16) -> None:
         self.tls, self.chunk_bytes = tls, chunk_bytes
         self._conns: dict[str, _Conn] = {}        # session token -> connection
         self._lock = threading.Lock()
@@ -55,7 +55,7 @@ class EvilCoordinator(pbg.PartyServicer):
         self.responses: queue.Queue[pb.JobResponse] = queue.Queue()
         self.results: queue.Queue[Result] = queue.Queue()
         self._ids = itertools.count()
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=channel_options())
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=channel_options())
         pbg.add_PartyServicer_to_server(self, self.server)
         addr = "127.0.0.1:0"
         self.port = (self.server.add_secure_port(addr, server_credentials(tls)) if tls is not None
@@ -131,22 +131,48 @@ class EvilCoordinator(pbg.PartyServicer):
                                           offer=pb.JobOffer(spec_json=text))], party)
         return self.responses.get(timeout=timeout)
 
-    def task(self, job_id: str, rnd: int, kind: str, params: Mapping[str, Any] | None = None,
-             arrays: Mapping[str, np.ndarray] | None = None, party: str | None = None,
-             timeout: float = 120.0) -> Result:
+    def _task_messages(self, job_id: str, rnd: int, kind: str, params: Mapping[str, Any],
+                       arrays: Mapping[str, np.ndarray]) -> tuple[str, list[pb.CoordinatorMessage]]:
         task_id = f"{next(self._ids):032x}"
         ids = dict(version=PROTOCOL_VERSION, job_id=job_id, round=rnd, task_id=task_id)
-        groups = list(chunk_groups(encode_arrays(dict(arrays or {}), self.chunk_bytes), self.chunk_bytes)) or [[]]
+        groups = list(chunk_groups(encode_arrays(dict(arrays), self.chunk_bytes), self.chunk_bytes)) or [[]]
         msgs = []
         for i, g in enumerate(groups):
             m = pb.CoordinatorMessage(**ids, chunks=g, last=i == len(groups) - 1)
             if i == 0:
-                m.task.CopyFrom(pb.TaskHeader(kind=kind, params_json=json.dumps(dict(params or {}))))
+                m.task.CopyFrom(pb.TaskHeader(kind=kind, params_json=json.dumps(dict(params))))
             msgs.append(m)
+        return task_id, msgs
+
+    def task(self, job_id: str, rnd: int, kind: str, params: Mapping[str, Any] | None = None,
+             arrays: Mapping[str, np.ndarray] | None = None, party: str | None = None,
+             timeout: float = 120.0) -> Result:
+        task_id, msgs = self._task_messages(job_id, rnd, kind, params or {}, arrays or {})
         self._send(msgs, party)
         res = self.results.get(timeout=timeout)
         assert res.task_id == task_id, "results arrived out of order"
         return res
+
+    def offer_all(self, spec: JobSpec, parties: int, timeout: float = 120.0) -> list[pb.JobResponse]:
+        """Offer ``spec`` to every connected party at once; the ``parties`` responses, in arrival order."""
+        first = self.offer(spec, timeout=timeout)
+        return [first] + [self.responses.get(timeout=timeout) for _ in range(parties - 1)]
+
+    def scatter(self, job_id: str, rnd: int, kind: str,
+                tasks: Mapping[str, tuple[Mapping[str, Any], Mapping[str, np.ndarray]]],
+                timeout: float = 120.0) -> dict[str, Result]:
+        """Send each named party its own task (params, arrays) at once; each party's result."""
+        sent: dict[str, str] = {}
+        for party, (params, arrays) in tasks.items():
+            task_id, msgs = self._task_messages(job_id, rnd, kind, params, arrays)
+            sent[task_id] = party
+            self._send(msgs, party)
+        out: dict[str, Result] = {}
+        while len(out) < len(sent):
+            res = self.results.get(timeout=timeout)
+            assert res.task_id in sent and sent[res.task_id] == res.party, "a result of another task"
+            out[res.party] = res
+        return out
 
     def end(self, job_id: str, reason: str = "done", party: str | None = None) -> None:
         self._send([pb.CoordinatorMessage(version=PROTOCOL_VERSION, job_id=job_id, round=-1, job_end=reason)], party)
