@@ -8,20 +8,27 @@ naive Bayes job itself, stage by stage, with the parties' own SecAgg keys:
 * an unmask request whose set differs from the signed one, forged, missing or duplicated signatures
   are refused; the unaltered request is answered (control);
 * a roster outside the party's ``peers``, or whose P_min - c is below its ``min_honest_shares``, is
-  refused before any charge (the ledger holds no charge for the job).
+  refused before any charge (the ledger holds no charge for the job);
+* adverts and survivor-set signatures made with revoked certificates (key compromise: the coordinator holds
+  the keys) are refused: nothing of the party's input leaves.
 """
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from contextlib import contextmanager
 
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from dpfed.algorithms import get_algorithm
 from dpfed.algorithms.contract import JobSpec
 from dpfed.data.schema import Schema
+from dpfed.federation import secagg as sa
 from dpfed.federation import secure_wire as sw
+from dpfed.federation.certs import revoke
+from dpfed.federation.secagg_consistency import consistency_message, sign_message
 from evil_coordinator import EvilCoordinator
 from net_helpers import ThreadParty, make_pki, party_config
 
@@ -158,3 +165,48 @@ def test_a_roster_outside_peers_or_below_the_honest_share_floor_is_refused_befor
         ledger = parties[0].daemon.ledger
         assert ledger.charge_ids(spec.job_id) == [] and ledger.spent() == 0.0
         assert ev.offer(spec, party=NAMES[1]).accept  # another party without these settings accepts it
+
+
+def test_adverts_and_signatures_made_with_revoked_certificates_are_refused(tmp_path):
+    """Key compromise: party-3's and party-4's certificates are revoked (the CRL beside every party's CA
+    certificate, read by the party for each job) and the coordinator holds their keys. It forges their
+    adverts (X25519 keys it knows, signed with the revoked certificate keys) and routes party-0 only those:
+    accepted, they would give it every pairwise seed of party-0 and both its self-mask shares (t = 2, in
+    envelopes under keys it knows) without asking anyone (secagg_graph's tightness case). It then asks
+    party-0 to sign and relays the two revoked parties' signatures on that set with an unmask request.
+    Party-0 refuses all three steps (the masked task for the revoked certificate): nothing of its input
+    leaves, and its ledger holds the plan's charge only."""
+    pki = make_pki(tmp_path / "pki", parties=5)
+    bad = NAMES[3:]
+    for n in bad:
+        crl = revoke(n, pki.root / "ca")
+    shutil.copy(crl, pki.root / "certs" / "crl.pem")
+    with _federation(pki, tmp_path / "parties") as (ev, parties):
+        spec, a = _spec("rogue-revoked"), NAMES[0]
+        assert ev.offer(spec, party=a).accept
+        algo = get_algorithm(spec.algorithm)
+        task = algo.coordinator(spec, NAMES).next_task()
+        bits = algo.party().secure_plan(spec, task).noise.bits
+        res = ev.task(spec.job_id, 0, sw.ADVERTISE, {"kind": task.kind}, party=a)
+        own = sw.adverts_from_arrays(res.arrays, spec.job_id, NAMES)[0]
+        keys = {n: (pki.files(n).cert.read_bytes(), pki.files(n).key.read_bytes()) for n in bad}
+        ca = pki.files(a).ca.read_bytes()
+        forged = {n: sa.SecAggClient(sw.secagg_config(spec, bits), n, *keys[n], ca).advert() for n in bad}
+        inner = {sw.INNER + k: np.asarray(v) for k, v in task.arrays.items()}
+        adv = sw.adverts_to_arrays([own, *forged.values()], NAMES, sw.ADV)
+        res = ev.task(spec.job_id, 0, sw.MASKED, {"kind": task.kind, "params": dict(task.params)},
+                      {**inner, **adv}, party=a)
+        assert res.error and not res.arrays, "party-0's masked input left for adverts of revoked certificates"
+        assert "revoked" in res.error, res.error
+        surv = [a, *bad]
+        digests = {a: own.digest(), **{n: f.digest() for n, f in forged.items()}}
+        req = sa.ConsistencyRequest(spec.job_id, 0, tuple(surv), digests)
+        res = ev.task(spec.job_id, 0, sw.CONSISTENCY, {"kind": task.kind, "survivors": surv},
+                      sw.consistency_to_arrays(req, NAMES), party=a)
+        assert res.error and not res.arrays, res.arrays
+        msg = consistency_message(spec.job_id, bits, 0, NAMES, surv, digests)
+        sigs = [(n, sign_message(load_pem_private_key(keys[n][1], None), msg)) for n in bad]
+        res = ev.task(spec.job_id, 0, sw.UNMASK, {"kind": task.kind, "survivors": surv, "dropped": NAMES[1:3]},
+                      sw.signatures_to_arrays(sigs, NAMES), party=a)
+        assert res.error and not res.arrays, res.arrays
+        assert parties[0].daemon.ledger.charge_ids(spec.job_id) == [f"{spec.job_id}:plan"]
