@@ -218,7 +218,7 @@ def plan_charge_seconds(algorithm: str, epsilon: float) -> tuple[float, float]:
     elif algorithm == "kmeans":
         params["k"] = 3
     spec = JobSpec(f"bench-{algorithm}-{epsilon}", algorithm, params, schema)
-    event = get_algorithm(algorithm).party().job_event(spec)
+    event = get_algorithm(algorithm).party_for(spec.params).job_event(spec)
     with default_ledger(spec) as led:
         spent = led.charge(spec.job_id, event)
     return time.perf_counter() - t0, spent

@@ -23,6 +23,7 @@ import os
 import statistics
 import sys
 import time
+from dpfed.algorithms.secure_release import release_for
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -73,7 +74,7 @@ def run(mode: str, rounds: int, threads: int) -> tuple[float, float]:
         done = pool.map(one, tasks.items()) if pool else map(one, tasks.items())
         return {n: a for n, a in done if a is not None}
 
-    secure = SecureGather(spec, algo.party(), send) if is_secure(spec.params) else None
+    secure = SecureGather(spec, release_for(algo, spec), send) if is_secure(spec.params) else None
     cpu: list[float] = []
     wall: list[float] = []
     steps = [0]

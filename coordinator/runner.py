@@ -23,6 +23,7 @@ from coordinator.state import RESUMABLE_STATES, CheckpointError, JobRecord
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task, jsonable
 from dpfed.algorithms.driver import Combine, drive
 from dpfed.algorithms.secure_noise import is_secure
+from dpfed.algorithms.secure_release import release_for
 from dpfed.data.schema import Schema
 from dpfed.federation.plugins import load_algorithm
 from dpfed.federation.secure_gather import SecureGather
@@ -177,7 +178,7 @@ class JobRunner(CoordinatorBase):
         offer = pb.CoordinatorMessage(version=PROTOCOL_VERSION, job_id=spec.job_id, round=-1,
                                       offer=pb.JobOffer(spec_json=spec.to_json()))
         # the plan every party must charge, from the public parameters; computed while the parties decide
-        act = Active(spec, parties, self._planner.submit(lambda: algo.party().job_event(spec)), offer)
+        act = Active(spec, parties, self._planner.submit(lambda: algo.party_for(spec.params).job_event(spec)), offer)
         with self._cond:
             self._actives[spec.job_id] = act
             rec.parties, rec.state, rec.refusals = parties, "offering", {}
@@ -236,7 +237,7 @@ class JobRunner(CoordinatorBase):
                 return {agg.parties[0]: dict(agg.arrays) for agg in send_merged(tasks, None)}
             return self._secure_step(act, tasks)
 
-        secure = SecureGather(spec, algo.party(), send, send_merged=send_merged if self.pool is not None else None) \
+        secure = SecureGather(spec, release_for(algo, spec), send, send_merged=send_merged if self.pool is not None else None) \
             if is_secure(spec.params) else None
         act.tolerant = secure is not None
 

@@ -15,7 +15,7 @@ the active job id, the current round and task id, one result per party per task 
 duplicated or out-of-order result is rejected with a gRPC error and changes nothing).
 
 The global budget records, for every party that accepts, the job's plan as the coordinator computes
-it from the public spec (``algo.party().job_event(spec)``); a party reporting any other event is
+it from the public spec (``algo.party_for(spec.params).job_event(spec)``); a party reporting any other event is
 refused and the job fails (nothing of the job has left any party yet).
 
 Faults, and resuming at no extra privacy cost. A job is its id and its parameters: offered again

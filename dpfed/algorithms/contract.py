@@ -19,11 +19,12 @@ import argparse
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 from dp_accounting import DpEvent
 
+from dpfed.algorithms.secure_noise import is_secure
 from dpfed.core.errors import TaskRejected
 from dpfed.core.names import check_job_id
 from dpfed.core.rng import SecureRNG
@@ -31,7 +32,6 @@ from dpfed.data.schema import Schema
 
 if TYPE_CHECKING:
     from dpfed.algorithms.params import ParamTable
-    from dpfed.algorithms.secure_plan import SecurePlan
 
 __all__ = ["JobSpec", "Task", "Answer", "Aggregate", "Released", "TaskRejected", "PartyAlgorithm",
            "CoordinatorAlgorithm", "Algorithm", "sum_combine", "stack_combine", "is_builtin", "released_arrays",
@@ -184,7 +184,8 @@ def jsonable(obj: Any) -> Any:
 
 
 class PartyAlgorithm(ABC):
-    """The party half: spend from public parameters, then clipped and noised answers."""
+    """The party half: spend from public parameters, then clipped and noised answers (the plain contract; a
+    release under distributed noise is :class:`dpfed.algorithms.secure_release.SecureRelease`)."""
 
     #: True only on dpfed's own party halves (:func:`is_builtin`: strict release checking). Not inherited: a
     #: subclass is builtin only when its own class body says so, so a plugin deriving from one is not.
@@ -216,36 +217,11 @@ class PartyAlgorithm(ABC):
         """
         return None
 
-    def needs_secure_aggregation(self, spec: JobSpec) -> bool:
-        """True when this job's answers are private against the coordinator only if a secure
-        aggregation hides each party's single answer (e.g. distributed noise). Such a job runs under
-        SecAgg when its params say ``secure_aggregation`` (:meth:`secure_plan`); otherwise a party
-        accepts it only in a simulation."""
-        return False
 
-    def secure_plan(self, spec: JobSpec, task: Task) -> "SecurePlan | None":
-        """The public plan of ``task``'s release under secure aggregation (noise plan, layout of the
-        flat vector, rotation seed), from ``spec`` and ``task`` alone; None: the task is not secure."""
-        return None
-
-    def secure_rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
-                    rng: SecureRNG) -> Iterator[np.ndarray]:
-        """The task's per-record real rows in :meth:`secure_plan`'s layout, in chunks (one row, one
-        privacy unit; clipped by the encoder to the plan's clip). Only for tasks with a plan."""
-        raise TaskRejected(f"{spec.algorithm} has no secure-aggregation release")
-
-    def secure_row_sum(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
-                       rng: SecureRNG) -> np.ndarray | None:
-        """For a plan with ``rounding == "party"``: the sum of :meth:`secure_rows`, each row clipped to the
-        plan's clip, computed directly (e.g. by ghost clipping, without one row per record); None: the encoder
-        sums :meth:`secure_rows` itself. Used for dpfed's own algorithms only (the encoder cannot re-clip a sum)."""
-        return None
-
-
-def is_builtin(half: PartyAlgorithm) -> bool:
+def is_builtin(half: object) -> bool:
     """True for dpfed's own algorithms (``builtin = True`` in their class), which must report their releases
     (strict checking); a third-party plugin is not builtin."""
-    return bool(type(half).builtin)
+    return bool(getattr(type(half), "builtin", False))
 
 
 def released_arrays(half: PartyAlgorithm, task: Task, out: Answer | Released, planned: DpEvent | None) -> Answer:
@@ -313,3 +289,19 @@ class Algorithm:
     #: The job parameters' table (:func:`dpfed.algorithms.params.table_for`); None: the ``PARAMS`` of the
     #: party half's module (or a package above it), else the common epsilon/delta table.
     params: "ParamTable | None" = None
+    #: The party half under distributed noise with secure aggregation: a :class:`PartyAlgorithm` that also
+    #: implements :class:`dpfed.algorithms.secure_release.SecureRelease`; None: no secure release.
+    secure: Callable[[], PartyAlgorithm] | None = None
+
+    def party_for(self, params: Mapping[str, Any]) -> PartyAlgorithm:
+        """The party half of a job with ``params``, chosen once: the secure half for distributed noise under
+        secure aggregation, else the plain one (which may still split its noise for a simulation)."""
+        if self.secure is not None and is_secure(params):
+            return self.secure()
+        return self.party()
+
+    def needs_secure_aggregation(self, params: Mapping[str, Any]) -> bool:
+        """True when a job's answers are private against the coordinator only under secure aggregation
+        (distributed noise: each answer carries one share). Such a job runs under SecAgg when its params say
+        ``secure_aggregation``; otherwise a party accepts it only in a simulation."""
+        return self.secure is not None and params.get("noise", "local") == "distributed"

@@ -54,7 +54,7 @@ def run_local(algo: Algorithm, spec: JobSpec, X: np.ndarray, y: np.ndarray | Non
     The party half validates the job (``job_event``) and checks every task against its plan, as a
     party does; ``answer`` replaces the party's answer (non-private baselines only).
     """
-    half: PartyAlgorithm = algo.party()
+    half: PartyAlgorithm = algo.party_for(spec.params)
     event = half.job_event(spec) if private else None
     coord = algo.coordinator(spec, ["local"])
 

@@ -20,7 +20,7 @@ def offer_refusal(algo: Algorithm, spec: JobSpec) -> str | None:
     """The reason a party would refuse ``spec`` for its parameters or its spend, or None."""
     try:
         validate(algo, spec.params, spec.schema)
-        event = algo.party().job_event(spec)
+        event = algo.party_for(spec.params).job_event(spec)
     except (TaskRejected, ValueError, TypeError, KeyError, ArithmeticError) as exc:
         return f"bad job parameters: {exc}"
     low = accounting.exceeds(event, spec.delta, spec.epsilon) if spec.delta > 0 else None

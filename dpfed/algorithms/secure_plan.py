@@ -8,11 +8,13 @@ calibration so that the contract can name it without importing the parameter tab
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+from dp_accounting import DpEvent
 
 from dpfed.core import distributed_noise as dn
+from dpfed.core.events import DistributedDiscreteGaussianDpEvent
 
 __all__ = ["SecurePlan"]
 
@@ -27,6 +29,9 @@ class SecurePlan:
     #: True: the rows are already integer vectors with exact sensitivities (no clip, rotation, scale or
     #: rounding; ``noise.dimension`` coordinates, no padding) and the decoded sum is int64.
     integer: bool = False
+    #: An ``integer`` plan's exact L1 sensitivity (its L2 one is ``noise.clip``); None: not stated (then
+    #: :meth:`event` cannot be computed and the release gate refuses the round).
+    l1: float | None = None
 
     @property
     def dimension(self) -> int:
@@ -36,6 +41,18 @@ class SecurePlan:
     def length(self) -> int:
         """Coordinates of the masked vector: the dimension (the rotation keeps it; no padding)."""
         return self.noise.dimension
+
+    def event(self) -> DpEvent:
+        """The privacy event of this one round's release, from the plan itself (what the release gate compares
+        with the round's charged ``task_event``). Real rows: ``noise.event()`` for one step (KLS21 Thm. 1 with
+        the rounding slack, Poisson-subsampled when the plan samples); integer rows: the distributed discrete
+        Gaussian with the exact sensitivities (``noise.clip`` in L2, :attr:`l1`). ValueError if not stated."""
+        if not self.integer:
+            return replace(self.noise, steps=1).event()
+        if self.l1 is None:
+            raise ValueError("an integer secure plan must state its L1 sensitivity")
+        return DistributedDiscreteGaussianDpEvent(float(self.noise.sigma_share), int(self.noise.honest_parties),
+                                                  float(self.noise.clip), float(self.l1), int(self.noise.dimension))
 
     def decode(self, total: np.ndarray) -> dict[str, np.ndarray]:
         """The survivors' sum mod 2^B as the named arrays (KLS21 Alg. 2, or centring only for integers)."""

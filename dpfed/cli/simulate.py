@@ -124,7 +124,8 @@ def _preflight(algo: Any, spec: JobSpec, parties: int, records: int) -> None:
     from dpfed.simulation.inprocess import secure_spec
 
     try:
-        algo.party().job_event(secure_spec(spec, [f"party-{i}" for i in range(parties)], records))
+        full = secure_spec(spec, [f"party-{i}" for i in range(parties)], records)
+        algo.party_for(full.params).job_event(full)
     except TaskRejected as exc:
         raise ValueError(f"the parties would refuse this job: {exc}") from None
 

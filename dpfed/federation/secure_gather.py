@@ -32,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from dpfed.algorithms.contract import Aggregate, Answer, JobSpec, PartyAlgorithm, Task
+from dpfed.algorithms.contract import Aggregate, Answer, JobSpec, Task
 from dpfed.algorithms.secure_noise import secure_params
+from dpfed.algorithms.secure_release import SecureRelease
 from dpfed.core.errors import DpfedError
 from dpfed.federation import secagg as sa
 from dpfed.federation import secure_wire as sw
@@ -54,9 +55,9 @@ class RoundAborted(DpfedError, RuntimeError):
 class SecureGather:
     """``gather(task) -> [Aggregate]`` for a secure job over ``send`` (see module docstring)."""
 
-    def __init__(self, spec: JobSpec, half: PartyAlgorithm, send: Send, *, send_merged: SendMerged | None = None,
+    def __init__(self, spec: JobSpec, release: SecureRelease, send: Send, *, send_merged: SendMerged | None = None,
                  skip_aborted: bool = True) -> None:
-        self.spec, self.half, self.send, self.skip_aborted = spec, half, send, skip_aborted
+        self.spec, self.release, self.send, self.skip_aborted = spec, release, send, skip_aborted
         self.send_merged = send_merged
         self.masked_parts: list[int] = []  # per round: masked parts (inputs or partial sums) received
         self.aborted_rounds = 0
@@ -121,7 +122,7 @@ class SecureGather:
     def _round(self, task: Task) -> list[Aggregate]:
         """One secure round: a :class:`SecureRound` walked through :data:`STAGES` (each stage function
         takes the gather and the round's state; a stage that cannot go on raises :class:`RoundAborted`)."""
-        plan = self.half.secure_plan(self.spec, task)
+        plan = self.release.plan(self.spec, task)
         if plan is None:
             raise ValueError(f"task kind {task.kind!r} has no secure release")
         bits = plan.noise.bits
@@ -133,7 +134,7 @@ class SecureGather:
         for stage in STAGES:
             stage(self, rnd)
         assert rnd.request is not None and rnd.total is not None
-        arrays = plan.decode(rnd.total)
+        arrays = self.release.decode(self.spec, task, plan, rnd.total)
         self.rounds += 1
         missing = len(self.params.roster) - len(rnd.request.survivors)
         self.dropouts += missing

@@ -11,7 +11,8 @@ anything older is refused):
    (:class:`~dpfed.federation.secagg.SecAggClient`);
 2. ``secagg/masked``: check the neighbours' signed keys against the CA (once per advert; an advert
    verified before may come as a reference to its digest), check the
-   algorithm's task against the charged plan, encode its per-record rows (clip, rotate, scale,
+   algorithm's task and its secure plan against the charged plan (:mod:`dpfed.federation.release_gate`,
+   the same gate for every learner), encode its per-record rows (clip, rotate, scale,
    conditional rounding, one exact discrete Gaussian share planned for P_min survivors and c
    colluders, mod 2^B: :mod:`dpfed.core.distributed_noise`), mask with a fresh self mask and the
    round's pairwise seeds, Shamir-share the self-mask seed into envelopes, record masked vector and
@@ -42,8 +43,10 @@ import numpy as np
 
 from dpfed.algorithms.contract import Answer, JobSpec, PartyAlgorithm, Task, TaskRejected, is_builtin
 from dpfed.algorithms.secure_noise import is_secure, secure_params
+from dpfed.algorithms.secure_release import SecureRelease
 from dpfed.core import distributed_noise as dn
 from dpfed.core.rng import SecureRNG
+from dpfed.federation import release_gate
 from dpfed.federation import secagg as sa
 from dpfed.federation import secure_wire as sw
 from dpfed.federation.certs import valid_name
@@ -128,11 +131,11 @@ class SecureRefusal:
     reason: str
 
 
-def secure_refusal(name: str, setup: SecAggParty | None, simulation: bool, half: PartyAlgorithm,
+def secure_refusal(name: str, setup: SecAggParty | None, simulation: bool, needs_secure_aggregation: bool,
                    spec: JobSpec) -> SecureRefusal | None:
     """Why a party refuses ``spec`` for secure-aggregation reasons, or None; everything a secure job can
     be refused for is checked here, in ``decide``, before the charge (the SecAgg configuration built)."""
-    if not half.needs_secure_aggregation(spec):
+    if not needs_secure_aggregation:
         return None
     if not is_secure(spec.params):
         if simulation:
@@ -194,6 +197,7 @@ class SecureParty:
     name: str
     spec: JobSpec
     half: PartyAlgorithm
+    release: SecureRelease  # the half's secure release (plan, rows); every masked input passes the release gate
     setup: SecAggParty
     rng: SecureRNG
     durable: Callable[[int, str, Answer], Answer]  # records round r's masked input before it leaves
@@ -276,7 +280,7 @@ class SecureParty:
 
     def _plan(self, task: Task) -> Any:
         inner = Task(task.job_id, task.round, str(task.params.get("kind", "")))
-        plan = self.half.secure_plan(self.spec, inner)
+        plan = self.release.plan(self.spec, inner)
         if plan is None:
             raise TaskRejected(f"round {task.round}: {inner.kind!r} is not a secure task of this job")
         return plan
@@ -292,17 +296,17 @@ class SecureParty:
         r, roster = int(task.round), self.roster()
         for old in self._clients.values():  # erase every other round's secrets
             old.forget_except(r)
-        adverts = sw.routed_adverts_from_arrays(task.arrays, self.spec.job_id, roster)
         inner = sw.inner_task(task)
-        plan = self.half.secure_plan(self.spec, inner)
-        if plan is None or plan.noise.bits != client.config.bits:
+        plan = release_gate.secure_plan(self.half, self.release, self.spec, inner)  # the charged plan
+        if plan.noise.bits != client.config.bits:
             raise TaskRejected(f"round {r}: the masked task does not match the advertised one")
-        direct = (self.half.secure_row_sum(self.spec, inner, X, y, self.rng)
+        adverts = sw.routed_adverts_from_arrays(task.arrays, self.spec.job_id, roster)
+        direct = (self.release.row_sum(self.spec, inner, X, y, self.rng)
                   if plan.noise.rounding == "party" and not plan.integer and is_builtin(self.half) else None)
         if direct is not None:  # "party" rounding of the algorithm's own sum of clipped rows
             x = encode_party_sum(direct, plan, self.rng)
         else:
-            x = encode_rows(self.half.secure_rows(self.spec, inner, X, y, self.rng), plan, self.rng)
+            x = encode_rows(self.release.rows(self.spec, inner, X, y, self.rng), plan, self.rng)
         mine = sw.masked_to_arrays(client.masked_input(r, x, adverts), plan.noise.bits, roster)
         try:
             out = self.durable(r, digest, mine)

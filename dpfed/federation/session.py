@@ -11,8 +11,11 @@ workers. None of them decides, charges, checks or answers by itself.
    in the charge's transaction): an id seen before with other parameters is refused; with the same
    parameters the offer is a **resume** (a coordinator restarted, a party came back): nothing is
    charged again and the session continues after the last round this party answered. Nothing
-   raised while deciding escapes: it becomes a refusal with a reason.
-2. **Answer** (:meth:`PartySession.answer`): check the task against the plan (``check_task``),
+   raised while deciding escapes: it becomes a refusal with a reason. The party half is chosen once here
+   from the job's params (:meth:`~dpfed.algorithms.contract.Algorithm.party_for`: the learner's secure half
+   for distributed noise under secure aggregation, whose rounds :mod:`.secure_session` answers).
+2. **Answer** (:meth:`PartySession.answer`): check the task against the plan (``check_task``, through
+   :mod:`dpfed.federation.release_gate`, the one gate of the plain and the secure path),
    answer each round at most once, durably: before an answer leaves, (job, round, task digest,
    answer digest, answer bytes) is committed to the ledger's database
    (:meth:`~dpfed.core.ledger.BudgetLedger.record_answer`, as durable as a charge, surviving a
@@ -38,13 +41,14 @@ import numpy as np
 from dp_accounting import DpEvent
 
 from dpfed.algorithms.secure_noise import is_secure
-from dpfed.algorithms.contract import (Algorithm, Answer, JobSpec, PartyAlgorithm, Task, TaskRejected, jsonable,
-                                       released_arrays)
+from dpfed.algorithms.contract import Algorithm, Answer, JobSpec, PartyAlgorithm, Task, TaskRejected, jsonable
 from dpfed.algorithms.params import validate
+from dpfed.algorithms.secure_release import release_of
 from dpfed.core import accounting
 from dpfed.core.ledger import AnswerConflictError, BudgetExceededError, BudgetLedger, JobConflictError
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import Schema
+from dpfed.federation import release_gate
 from dpfed.federation.plugins import load_algorithm
 from dpfed.federation.secure_session import SecAggParty, SecureParty, secure_refusal
 
@@ -188,12 +192,16 @@ def decide(party: PartyContext, offer: JobSpec | str) -> Decision:
         return refuse(f"{spec.algorithm} needs labels; this party has none")
     try:
         validate(algo, spec.params, spec.schema)  # ranges and caps first: a cheap plan for any accepted job
-        half = algo.party()
-        why = secure_refusal(party.name, party.secagg, party.secure_aggregation, half, spec)
+        half = algo.party_for(spec.params)  # the local or the secure half, chosen once
+        why = secure_refusal(party.name, party.secagg, party.secure_aggregation,
+                             algo.needs_secure_aggregation(spec.params), spec)
         if why is not None:
             refusal = refuse(why.reason)
             refusal.refusal = why.code
             return refusal
+        release = release_of(half) if party.secagg is not None and is_secure(spec.params) else None
+        if party.secagg is not None and is_secure(spec.params) and release is None:
+            return refuse(f"{spec.algorithm} has no secure-aggregation release")
         event = half.job_event(spec)
     except (TaskRejected, ValueError, TypeError, KeyError, ArithmeticError) as exc:
         return refuse(f"bad job parameters: {exc}")
@@ -219,8 +227,8 @@ def decide(party: PartyContext, offer: JobSpec | str) -> Decision:
              f"resumed at round {resume_round}, nothing charged again" if resumed else "accepted",
              spec.algorithm, total)
     session = PartySession(party, spec, algo, half, event, party.rng_for(job_id, resume_round))
-    if party.secagg is not None and is_secure(spec.params):
-        session.secure = SecureParty(party.name, spec, half, party.secagg, session.rng, session.durable,
+    if release is not None and party.secagg is not None:
+        session.secure = SecureParty(party.name, spec, half, release, party.secagg, session.rng, session.durable,
                                      None if party.seed is None else party.rng_for(f"{job_id}:dropout"))
     return Decision(True, job_id, event=event, epsilon_job=party.ledger.spent(job_id), epsilon_total=total,
                     session=session, resumed=resumed)
@@ -271,8 +279,7 @@ class PartySession:
                 raise TaskError(f"task rejected: round {task.round} was already answered for a different task")
             return self._stored(self.party.ledger.last_answer(job))  # the same bytes: no new draw, no new spend
         try:
-            self.half.check_task(self.spec, task)
-            planned = self.half.task_event(self.spec, task)
+            planned = release_gate.planned_event(self.half, self.spec, task)
         except Exception as exc:  # noqa: BLE001 - public parameters only: the reason may be shown
             raise TaskError(f"task rejected: {exc}") from None
         X, y = self.party.X, self.party.y
@@ -286,7 +293,7 @@ class PartySession:
             raise TaskError(f"the party failed to compute its answer ({type(exc).__name__}; "
                             "see the party's log)") from None
         try:
-            arrays = released_arrays(self.half, task, out, planned)
+            arrays = release_gate.plain_release(self.half, task, out, planned)
         except TaskRejected as exc:
             raise TaskError(str(exc)) from None
         _check_finite(arrays)

@@ -17,6 +17,7 @@ import numpy as np
 
 from dpfed.algorithms.contract import Aggregate, JobSpec, Task
 from dpfed.algorithms.driver import drive
+from dpfed.algorithms.secure_release import release_for
 from dpfed.core.accounting import pld_grid
 from dpfed.core.errors import DpfedError
 from dpfed.core.ledger import BudgetLedger
@@ -134,7 +135,7 @@ def run_inprocess(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarr
                            dropout=dropout)
     sessions = open_sessions(spec, parties)  # offer: every party charges the whole job before any answer
     coord = algo.coordinator(spec, [p.name for p in parties])
-    secure = SecureGather(spec, algo.party(), secure_send(sessions)) if is_secure(spec.params) else None
+    secure = SecureGather(spec, release_for(algo, spec), secure_send(sessions)) if is_secure(spec.params) else None
 
     def gather(task: Task) -> list[Aggregate]:
         if secure is not None:

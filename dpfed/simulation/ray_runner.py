@@ -47,6 +47,7 @@ import numpy as np
 from dpfed.algorithms.contract import Aggregate, JobSpec, Task
 from dpfed.algorithms.driver import drive
 from dpfed.algorithms.secure_noise import is_secure
+from dpfed.algorithms.secure_release import release_for
 from dpfed.federation.secure_gather import SecureGather
 from dpfed.core.errors import DpfedError
 from dpfed.core.ledger import BudgetExceededError
@@ -433,7 +434,7 @@ def run_ray_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.
                      cpus_per_worker=cpus_per_worker, max_restarts=max_restarts, plugins=plugins, dropout=dropout)
         usage0 = pool.offer(spec)
         coord = algo.coordinator(spec, names)
-        sg = SecureGather(spec, algo.party(), pool.send, send_merged=pool.send_merged) if is_secure(spec.params) \
+        sg = SecureGather(spec, release_for(algo, spec), pool.send, send_merged=pool.send_merged) if is_secure(spec.params) \
             else None
         rounds = drive(coord, pool.gather if sg is None else sg, algo.combine, on_round=on_round(progress))
         spent, info = pool.collect(usage0)

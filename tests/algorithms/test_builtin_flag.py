@@ -22,7 +22,9 @@ class DeclaredBuiltin(NaiveBayesParty):
 
 @pytest.mark.parametrize("name", algorithm_names())
 def test_every_registered_party_half_is_builtin(name):
-    assert is_builtin(get_algorithm(name).party())
+    algo = get_algorithm(name)
+    assert is_builtin(algo.party())
+    assert algo.secure is None or is_builtin(algo.secure())  # the secure half too (not inherited)
 
 
 def test_plugins_are_not_builtin_even_when_derived():

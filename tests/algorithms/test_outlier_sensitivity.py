@@ -7,7 +7,9 @@ parameters (plus the public grid's rounding where a mechanism snaps to one). Whe
 would shift with the number of records, the neighbour is D + {a record whose contribution is exactly
 zero} instead of D, which has the same statistic as D. Records: 1e6 x the bound, +-inf and NaN where the
 path does not refuse them (the schema validation at load refuses NaN and inf; these paths clamp them
-anyway). Deterministic: no false alarms.
+anyway). Every secure path (distributed noise under secure aggregation) of every learner of the registry is
+tested by one test over its rounds (the last section), so a new learner's secure release is covered
+automatically. Deterministic: no false alarms.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import numpy as np
 import pytest
 
 from dpfed.algorithms import kmeans, lvq, naive_bayes
-from dpfed.algorithms.contract import JobSpec, Released, Task
+from dpfed.algorithms.contract import JobSpec, Released, Task, TaskRejected
 from dpfed.algorithms.kmeans import fit as kmeans_fit
 from dpfed.algorithms.kmeans.sample_aggregate import (
     attention_t0,
@@ -26,8 +28,10 @@ from dpfed.algorithms.kmeans.sample_aggregate import (
     radii,
     smooth_sensitivity,
 )
+from dpfed.core import distributed_noise as dn
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import Feature, Schema
+from release_paths import cases, release_paths, secure_rounds
 
 FAR = 1e6
 def _arrays(out) -> dict:
@@ -183,3 +187,61 @@ def test_sample_aggregate_outlier_answer_moves_the_release_by_at_most_its_sensit
     moved = np.linalg.norm(Zc[i] - Z2c[i2])
     for z in (Zc, Z2c):
         assert moved <= smooth_sensitivity(radii(z), t0, 1e-3, diam)
+
+
+# ------------------------------------------------------------------------------------------ every secure path
+
+#: The local path of every learner of the registry has its own test above (a new learner must add one).
+LOCAL_TESTS = {"naive-bayes": test_naive_bayes_outlier_moves_the_release_by_at_most_its_sensitivity,
+               "glvq": test_lvq_step_outlier_moves_the_noisy_gradient_by_at_most_the_clip,
+               "gmlvq": test_lvq_step_outlier_moves_the_noisy_gradient_by_at_most_the_clip,
+               "kmeans": test_kmeans_dp_lloyd_outlier_moves_sums_by_at_most_the_radius_and_counts_by_one}
+SECURE_PATHS = sorted(n for n, mode in release_paths() if mode == "secure")
+
+
+def test_every_release_path_is_covered():
+    assert sorted(n for n, mode in release_paths() if mode == "local") == sorted(LOCAL_TESTS)
+    assert {"kmeans", "naive-bayes"} <= set(SECURE_PATHS)
+
+
+def _party_vector(case, task, X: np.ndarray, y: np.ndarray | None) -> np.ndarray:
+    """What the party's encoder sums for ``task`` before any noise: an integer plan's rows as they are, a real
+    plan's rows each clipped to the plan's clip (:func:`dpfed.core.distributed_noise.party_row_sum`). A fresh
+    secure half per call (a half may remember the rounds it answered)."""
+    half = case.algo.party_for(case.spec.params)
+    plan = half.plan(case.spec, task)
+    total = np.zeros(plan.noise.dimension, dtype=np.int64 if plan.integer else np.float64)
+    for rows in half.rows(case.spec, task, X, y, SecureRNG.from_seed("secure-outlier")):
+        if plan.integer:
+            total += np.asarray(rows).astype(np.int64).sum(axis=0)
+        elif len(rows):
+            total += dn.party_row_sum(np.asarray(rows, dtype=np.float64), plan.noise.clip)
+    return total
+
+
+@pytest.mark.parametrize("name", SECURE_PATHS)
+@pytest.mark.parametrize("far", [FAR, -FAR, math.inf, -math.inf, math.nan])
+def test_secure_outlier_moves_the_partys_vector_by_at_most_the_plans_sensitivity(name, far):
+    """Every secure round of every learner (the coordinator's own tasks, from the registry): a party's records
+    D + {outlier} against D + {a copy of its first record} (the same number of records, so the same block
+    assignment, Poisson sample and seeded draws), before the noise share: the vectors differ by at most twice
+    the plan's L2 sensitivity (its clip: both records' contributions are bounded by it) and, for an integer plan,
+    twice its L1 sensitivity. The outlier has every numeric feature at ``far`` (a refusal is allowed only for a
+    non-finite one). This catches a secure path that no longer clamps records into the public box."""
+    for case in cases(name, "secure", tag="secure-outlier"):
+        X, y = case.data[0]
+        outlier = np.array([0.0 if f.kind == "categorical" else far for f in case.spec.schema.features])
+        X_out, X_in = np.vstack([X, outlier]), np.vstack([X, X[:1]])
+        y2 = None if y is None else np.append(y, y[0])
+        for task in secure_rounds(case):
+            plan = case.algo.party_for(case.spec.params).plan(case.spec, task)
+            try:
+                a = _party_vector(case, task, X_out, y2)
+            except (TaskRejected, ValueError):
+                assert not math.isfinite(far), f"{name} round {task.round}: a finite outlier was refused"
+                continue
+            diff = (a - _party_vector(case, task, X_in, y2)).astype(np.float64)
+            assert np.all(np.isfinite(diff)), f"{name} round {task.round} ({task.kind})"
+            assert np.linalg.norm(diff) <= 2 * plan.noise.clip * (1 + 1e-9), f"{name} round {task.round} ({task.kind})"
+            if plan.integer:
+                assert np.abs(diff).sum() <= 2 * plan.l1 * (1 + 1e-9), f"{name} round {task.round} ({task.kind})"

@@ -92,7 +92,7 @@ def test_plans_at_the_smallest_epsilon_stay_within_it(algorithm, params):
 
     p = validate(get_algorithm(algorithm), params, SCHEMA)
     spec = JobSpec("j", algorithm, p, SCHEMA)
-    event = get_algorithm(algorithm).party().job_event(spec)
+    event = get_algorithm(algorithm).party_for(spec.params).job_event(spec)
     assert accounting.epsilon(event, spec.delta) <= spec.epsilon
 
 

@@ -240,7 +240,7 @@ def _run(tmp_path, spec, X, y, parties, wrap=None):
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_plan_is_the_rounds_and_equals_an_independent_event(cases, name):
     _, spec, _, _, parties, expected, rel = cases[name]
-    half = get_algorithm(spec.algorithm).party()
+    half = get_algorithm(spec.algorithm).party_for(spec.params)
     job = half.job_event(spec)
     coord = _rounds(spec, parties)
     rounds = []  # (a): every round the coordinator may issue, composed

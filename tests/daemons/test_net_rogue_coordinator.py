@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from dpfed.algorithms import get_algorithm
 from dpfed.algorithms.contract import JobSpec
+from dpfed.algorithms.secure_release import release_for
 from dpfed.data.schema import Schema
 from dpfed.federation import secagg as sa
 from dpfed.federation import secure_wire as sw
@@ -186,7 +187,7 @@ def test_adverts_and_signatures_made_with_revoked_certificates_are_refused(tmp_p
         assert ev.offer(spec, party=a).accept
         algo = get_algorithm(spec.algorithm)
         task = algo.coordinator(spec, NAMES).next_task()
-        bits = algo.party().secure_plan(spec, task).noise.bits
+        bits = release_for(algo, spec).plan(spec, task).noise.bits
         res = ev.task(spec.job_id, 0, sw.ADVERTISE, {"kind": task.kind}, party=a)
         own = sw.adverts_from_arrays(res.arrays, spec.job_id, NAMES)[0]
         keys = {n: (pki.files(n).cert.read_bytes(), pki.files(n).key.read_bytes()) for n in bad}

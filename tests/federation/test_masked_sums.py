@@ -20,6 +20,7 @@ from scipy.stats import chi2
 from dpfed.algorithms import get_algorithm
 from dpfed.algorithms.contract import Aggregate, JobSpec, Task
 from dpfed.algorithms.driver import drive
+from dpfed.algorithms.secure_release import release_for
 from dpfed.data.datasets import split_parties
 from dpfed.federation import secagg as sa
 from dpfed.federation import secure_wire as sw
@@ -221,7 +222,7 @@ def _nb_run(adult, send_merged, dropout: float, aborts: bool = False):
         kinds.append(next(iter(tasks.values())).kind)
         return send(tasks)
 
-    gather = SecureGather(spec, algo.party(), recording,
+    gather = SecureGather(spec, release_for(algo, spec), recording,
                           send_merged=None if send_merged is None else send_merged(recording))
     coord = algo.coordinator(spec, names)
     if aborts:

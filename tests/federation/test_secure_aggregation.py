@@ -16,6 +16,7 @@ from scipy.stats import chi2
 from dpfed.algorithms import get_algorithm
 from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.driver import drive
+from dpfed.algorithms.secure_release import release_for
 from dpfed.core import distributed_noise as dn
 from dpfed.core.events import RDP_ORDERS, DistributedDiscreteGaussianDpEvent, event_rdp
 from dpfed.data.datasets import kfold_indices, split_parties
@@ -89,7 +90,8 @@ class _Recorder:
 
         monkeypatch.setattr(dn, "add_noise_mod", add_noise_mod)
         coord = self.algo.coordinator(self.spec, list(self.sessions))
-        self.gather = SecureGather(self.spec, self.algo.party(), send or self.send, skip_aborted=skip_aborted)
+        self.gather = SecureGather(self.spec, release_for(self.algo, self.spec), send or self.send,
+                                   skip_aborted=skip_aborted)
 
         def gather(task):
             out = self.gather(task)
@@ -121,10 +123,10 @@ def test_sums_exact_with_30_percent_dropout(dropped_run):
 
 
 def _assert_exact(rec: _Recorder) -> None:
-    half = rec.algo.party()
+    half = release_for(rec.algo, rec.spec)
     for task, survivors, arrays in rec.rounds:
         assert len(survivors) >= PMIN
-        plan = half.secure_plan(rec.spec, task)
+        plan = half.plan(rec.spec, task)
         B = plan.noise.bits
         total = np.array([sum(int(rec.encoded[(task.round, n)][i]) for n in survivors) % (1 << B)
                           for i in range(plan.noise.padded_dimension)], dtype=np.uint64)
@@ -284,12 +286,12 @@ def test_noise_of_decoded_sums_matches_the_plan(dropped_run):
     """Decoded aggregate minus the survivors' noiseless quantized sum (unrotated, times gamma) is the
     real noise of the sum; pooled over coordinates and rounds, its variance must match S gamma^2
     sigma_share^2 (S survivors >= P_min) by a two-sided chi-square test at ALPHA."""
-    rec, half = dropped_run, dropped_run.algo.party()
+    rec, half = dropped_run, release_for(dropped_run.algo, dropped_run.spec)
     z2, n = 0.0, 0
     for task, survivors, arrays in rec.rounds:
         if task.kind != "step":
             continue
-        plan = half.secure_plan(rec.spec, task)
+        plan = half.plan(rec.spec, task)
         flat = np.concatenate([np.asarray(arrays[k]).ravel() for k, _ in plan.layout])
         q = sum(rec.quantized[(task.round, s)] for s in survivors)
         clean = dn.unrotate(np.asarray(q, dtype=np.float64) * plan.noise.gamma, plan.seed, plan.noise.dimension)
@@ -362,10 +364,11 @@ def test_party_rounding_sum_by_ghost_clipping_is_the_sum_of_the_clipped_rows(seg
         arrays["omega"] = 0.9 * omega / np.linalg.norm(omega)
     task = Task(spec.job_id, 1, "step", arrays=arrays)
     X, y = ds.X[:400], ds.y[:400]
-    rows = np.concatenate(list(get_algorithm(model).party().secure_rows(spec, task, X, y, SecureRNG.from_seed(b"s"))))
+    release = release_for(get_algorithm(model), spec)
+    rows = np.concatenate(list(release.rows(spec, task, X, y, SecureRNG.from_seed(b"s"))))
     assert len(rows) > 20 and (np.linalg.norm(rows, axis=1) <= 0.05 * (1 + 1e-12)).all()
     assert (np.linalg.norm(rows, axis=1) > 0.05 * (1 - 1e-9)).sum() > len(rows) // 2  # the clip binds
-    direct = get_algorithm(model).party().secure_row_sum(spec, task, X, y, SecureRNG.from_seed(b"s"))
+    direct = release_for(get_algorithm(model), spec).row_sum(spec, task, X, y, SecureRNG.from_seed(b"s"))
     assert direct.shape == (plan.step.dimension,)
     np.testing.assert_allclose(direct, rows.sum(axis=0), rtol=1e-9, atol=1e-12)
 

@@ -25,6 +25,7 @@ from dpfed.algorithms.kmeans import coordinator as kc
 from dpfed.algorithms.kmeans import secure as ks
 from dpfed.algorithms.kmeans import secure_plan as ksp
 from dpfed.algorithms.params import validate
+from dpfed.algorithms.secure_release import release_for
 from dpfed.core import accounting
 from dpfed.core.events import DistributedDiscreteGaussianDpEvent
 from dpfed.data.datasets import make_blobs
@@ -81,7 +82,7 @@ def _run_jobs(dropout: float, jobs: int, tag: str, send_filter=None, epsilon: fl
                 return res if send_filter is None else send_filter(tasks, res)
 
             coord = algo.coordinator(spec, names)
-            gather = SecureGather(spec, algo.party(), recording_send)
+            gather = SecureGather(spec, release_for(algo, spec), recording_send)
             rounds = []
 
             def g(task, gather=gather, rounds=rounds):
@@ -252,7 +253,7 @@ def _independent(spec: JobSpec, kinds: list[str]) -> tuple[float, list]:
     orders = np.arange(2, 257, dtype=np.float64)
     rdp, events = np.zeros_like(orders), []
     for r, kind in enumerate(kinds):
-        sigma = get_algorithm("kmeans").party().secure_plan(spec, Task(spec.job_id, r, kind)).noise.sigma_share
+        sigma = get_algorithm("kmeans").party_for(spec.params).plan(spec, Task(spec.job_id, r, kind)).noise.sigma_share
         l2, l1, d = sens[kind]
         rdp += _kls21_rdp(orders, sigma, PMIN - C, l2, l1, d)
         events.append(DistributedDiscreteGaussianDpEvent(float(sigma), PMIN - C, float(l2), float(l1), int(d)))
@@ -268,7 +269,7 @@ def test_epsilon_is_an_independent_recomputation(runs0):
         want, events = _independent(spec, run["kinds"])
         charged = run["sessions"][0].event
         assert accounting.flatten([charged]) == accounting.flatten(events)
-        recomputed = get_algorithm("kmeans").party().job_event(spec)
+        recomputed = get_algorithm("kmeans").party_for(spec.params).job_event(spec)
         assert accounting.event_to_json(recomputed) == accounting.event_to_json(charged)
         for p in run["parties"]:
             assert p.ledger.spent(spec.job_id) == pytest.approx(want, rel=2e-3)
@@ -333,7 +334,7 @@ def test_refusals_name_the_reason():
     assert validate(get_algorithm("kmeans"), {"epsilon": 1.0}, SCHEMA)["noise"] == "local"
     spec = secure_spec(JobSpec("km-ref", "kmeans", _params("sample-aggregate", 2), SCHEMA),
                        [f"p{i}" for i in range(P)], 6000)
-    half = get_algorithm("kmeans").party()
+    half = get_algorithm("kmeans").party_for(spec.params)
     C0 = np.zeros((K, D))
     bad = [Task(spec.job_id, 4, "step", arrays={"centers": C0}),         # beyond the schedule
            Task(spec.job_id, 2, "sizes", arrays={"centers": C0}),        # wrong kind for round 2
@@ -345,7 +346,7 @@ def test_refusals_name_the_reason():
     for t in bad:
         with pytest.raises(TaskRejected):
             half.check_task(spec, t)
-    assert half.secure_plan(spec, bad[0]) is None and half.secure_plan(spec, bad[1]) is None
+    assert half.plan(spec, bad[0]) is None and half.plan(spec, bad[1]) is None
     half.check_task(spec, Task(spec.job_id, 2, "step", arrays={"centers": C0}))
     with pytest.raises(TaskRejected, match="only through secure aggregation"):
         half.answer(spec, Task(spec.job_id, 0, "count"), np.zeros((3, D)), None, None)

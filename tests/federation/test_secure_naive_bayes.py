@@ -20,6 +20,7 @@ from dpfed.algorithms.contract import JobSpec, TaskRejected
 from dpfed.algorithms.driver import drive
 from dpfed.algorithms.naive_bayes import Layout, evaluate, secure_release, sufficient_statistics
 from dpfed.algorithms.params import validate
+from dpfed.algorithms.secure_release import release_for
 from dpfed.data.datasets import split_parties
 from dpfed.federation.secure_gather import SecureGather
 from dpfed.simulation.inprocess import make_parties, open_sessions, secure_send, secure_spec
@@ -52,7 +53,7 @@ def runs(adult):
             recording_send = rec.send(secure_send(sessions))
 
             coord = algo.coordinator(spec, names)
-            gather = SecureGather(spec, algo.party(), recording_send)
+            gather = SecureGather(spec, release_for(algo, spec), recording_send)
             seen = []
 
             def g(task, gather=gather, seen=seen):

@@ -91,7 +91,7 @@ def test_decide_and_answer_never_misbehave(algorithm, extra, seq, base):
     assert ledger.charge_ids() == ["job:plan"]
     planned = accounting.epsilon(d.event, 1e-5, pld_discretization=ledger.pld_discretization)  # the ledger's grid
     assert math.isclose(ledger.spent("job"), planned, rel_tol=1e-9, abs_tol=1e-12)
-    half = get_algorithm(algorithm).party()
+    half = get_algorithm(algorithm).party_for(spec.params)
     sent: dict[int, bytes] = {}
     concrete = _concrete(spec, seq)
     for session in (d.session, None):

@@ -37,7 +37,7 @@ The package, by role:
     options.py           the parameter table, a job's options, the command-line options
     secure_plan.py       the distributed-noise plan: schedule of rounds, sensitivities, calibrated shares
     secure.py            the secure release per round: check, integer vector, decode of the sum
-    party.py             the party half          coordinator.py   the coordinator half
+    party.py             the party halves (local, secure)   coordinator.py   the coordinator half
     estimator.py         ``DPKMeans``            evaluate.py      inertia against a non-private reference
     algorithm.py         the registry entry ``ALGORITHMS``
 """
@@ -51,7 +51,7 @@ from dpfed.algorithms.kmeans.fit import fit_private
 from dpfed.algorithms.kmeans.model import (align_blocks, block_answers, block_kmeans, canonical_order, inertia, kmeans,
                                            kmeans_plusplus, lloyd, merge_centers, numeric_part, public_anchors)
 from dpfed.algorithms.kmeans.options import DEFAULTS, PARAMS, add_arguments, params_from_args
-from dpfed.algorithms.kmeans.party import KMeansParty
+from dpfed.algorithms.kmeans.party import KMeansParty, SecureKMeansParty
 from dpfed.algorithms.kmeans.plan import AGGREGATORS, METHODS, KMeansPlan, make_plan, plan_event
 
 __all__ = [
@@ -59,5 +59,5 @@ __all__ = [
     "align_blocks",
     "KMeansPlan", "make_plan", "plan_event", "fit_private", "block_answers", "merge_centers", "DPKMeans", "ALGORITHMS",
     "numeric_part", "evaluate", "nonprivate_inertia", "METHODS", "AGGREGATORS", "DEFAULTS", "PARAMS", "add_arguments",
-    "params_from_args", "KMeansParty", "KMeansCoordinator", "SecureKMeansCoordinator", "combine",
+    "params_from_args", "KMeansParty", "SecureKMeansParty", "KMeansCoordinator", "SecureKMeansCoordinator", "combine",
 ]

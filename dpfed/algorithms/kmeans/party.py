@@ -1,6 +1,9 @@
-"""The party half of k-means: with local noise one task ("fit") answered by the private fit of the party's
-records (:mod:`dpfed.algorithms.kmeans.fit`); with distributed noise the secure rounds
-(:mod:`dpfed.algorithms.kmeans.secure`), answered through secure aggregation only."""
+"""The party halves of k-means, chosen once by the registry entry from the job's parameters
+(:meth:`dpfed.algorithms.contract.Algorithm.party_for`): :class:`KMeansParty` under local noise (one task,
+"fit", answered by the private fit of the party's records, :mod:`dpfed.algorithms.kmeans.fit`);
+:class:`SecureKMeansParty` under distributed noise with secure aggregation (the rounds of
+:mod:`dpfed.algorithms.kmeans.secure`, answered through secure aggregation only: a
+:class:`~dpfed.algorithms.secure_release.SecureRelease`)."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -8,64 +11,36 @@ from typing import Iterator
 import numpy as np
 from dp_accounting import dp_event
 
-from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import JobSpec, PartyAlgorithm, Released, Task, TaskRejected
+from dpfed.algorithms.kmeans import secure
 from dpfed.algorithms.kmeans.fit import fit_private
 from dpfed.algorithms.kmeans.model import numeric_part
 from dpfed.algorithms.kmeans.options import spec_plan
 from dpfed.algorithms.kmeans.plan import plan_event
-from dpfed.algorithms.kmeans.secure import check_task as secure_check_task
-from dpfed.algorithms.kmeans.secure import secure_plan, secure_rows
 from dpfed.algorithms.kmeans.secure_plan import job_event as secure_job_event
+from dpfed.algorithms.secure_plan import SecurePlan
+from dpfed.algorithms.secure_release import SecureRelease
 from dpfed.core.rng import SecureRNG
 
-__all__ = ["KMeansParty"]
-
-
-def _distributed(spec: JobSpec) -> bool:
-    return spec.params.get("noise", "local") == "distributed"
+__all__ = ["KMeansParty", "SecureKMeansParty"]
 
 
 class KMeansParty(PartyAlgorithm):
-    """Local noise: one task ("fit", round 0), private centers and noisy sizes from this party's records.
-    Distributed noise under secure aggregation: the rounds of :mod:`dpfed.algorithms.kmeans.secure`."""
+    """Local noise: one task ("fit", round 0), private centers and noisy sizes from this party's records."""
 
     builtin = True
 
     def job_event(self, spec: JobSpec) -> dp_event.DpEvent:
-        if _distributed(spec):
-            return secure_job_event(spec)
         return plan_event(spec_plan(spec)[0])
 
     def task_event(self, spec: JobSpec, task: Task) -> dp_event.DpEvent | None:
-        if _distributed(spec):
-            return None  # its rounds are answered by the secure session only (never by answer)
         return plan_event(spec_plan(spec)[0])  # the job is this one round
 
     def check_task(self, spec: JobSpec, task: Task) -> None:
-        if _distributed(spec):
-            return secure_check_task(spec, task)
         if task.job_id != spec.job_id or task.kind != "fit" or task.round != 0:
             raise TaskRejected("kmeans answers exactly one task: round 0, kind 'fit'")
 
-    def needs_secure_aggregation(self, spec: JobSpec) -> bool:
-        """Distributed noise: each answer carries one share of the noise."""
-        return _distributed(spec)
-
-    def secure_plan(self, spec: JobSpec, task: Task) -> sn.SecurePlan | None:
-        if not sn.is_secure(spec.params):
-            return None
-        return secure_plan(spec, task)
-
-    def secure_rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
-                    rng: SecureRNG) -> Iterator[np.ndarray]:
-        if self.secure_plan(spec, task) is None:
-            raise TaskRejected("not a secure kmeans task")
-        return secure_rows(spec, task, X, rng)
-
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        if _distributed(spec):
-            raise TaskRejected("a distributed-noise kmeans job answers only through secure aggregation")
         plan, o = spec_plan(spec)
         Xn, lower, upper = numeric_part(X, spec.schema)
         events: list[dp_event.DpEvent] = []
@@ -77,3 +52,30 @@ class KMeansParty(PartyAlgorithm):
             raise TaskRejected(str(exc)) from None
         # one row per party (stack_combine)
         return Released({"centers": C[None], "sizes": sizes.astype(np.float64)[None]}, tuple(events))
+
+
+class SecureKMeansParty(PartyAlgorithm, SecureRelease):
+    """Distributed noise under secure aggregation: the rounds of :mod:`dpfed.algorithms.kmeans.secure`, each
+    one integer vector plus one discrete Gaussian share (never answered by :meth:`answer`)."""
+
+    builtin = True
+
+    def job_event(self, spec: JobSpec) -> dp_event.DpEvent:
+        return secure_job_event(spec)
+
+    def task_event(self, spec: JobSpec, task: Task) -> dp_event.DpEvent | None:
+        """The scheduled round's release (its part of :meth:`job_event`, the composition of every round's)."""
+        return secure.round_event(spec, task)
+
+    def check_task(self, spec: JobSpec, task: Task) -> None:
+        secure.check_task(spec, task)
+
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
+        raise TaskRejected("a distributed-noise kmeans job answers only through secure aggregation")
+
+    def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
+        return secure.secure_plan(spec, task)
+
+    def rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
+             rng: SecureRNG) -> Iterator[np.ndarray]:
+        return secure.secure_rows(spec, task, X, rng)

@@ -56,6 +56,7 @@ import math
 from typing import Iterator, Mapping
 
 import numpy as np
+from dp_accounting import DpEvent
 
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import JobSpec, Task, TaskRejected
@@ -65,7 +66,7 @@ from dpfed.algorithms.kmeans.sample_aggregate import assign_blocks
 from dpfed.algorithms.kmeans.secure_plan import Release, secure_kmeans_plan
 from dpfed.core.rng import SecureRNG
 
-__all__ = ["secure_plan", "check_task", "secure_rows", "count_vector", "step_vector", "sizes_vector",
+__all__ = ["secure_plan", "round_event", "check_task", "secure_rows", "count_vector", "step_vector", "sizes_vector",
            "aggregate_vector", "blocks_for", "decode"]
 
 
@@ -83,7 +84,15 @@ def secure_plan(spec: JobSpec, task: Task) -> sn.SecurePlan | None:
     if kind is None:
         return None
     rel = secure_kmeans_plan(spec).release(kind)
-    return sn.SecurePlan(rel.noise, rel.layout, sn.rotation_seed(spec.job_id, int(task.round)), integer=True)
+    return sn.SecurePlan(rel.noise, rel.layout, sn.rotation_seed(spec.job_id, int(task.round)), integer=True,
+                         l1=rel.l1)
+
+
+def round_event(spec: JobSpec, task: Task) -> DpEvent | None:
+    """The charged event of round ``task.round`` (its kind's release; the job's event composes them); None
+    for a task outside the schedule."""
+    kind = _kind_at(spec, task)
+    return None if kind is None else secure_kmeans_plan(spec).release(kind).event
 
 
 def check_task(spec: JobSpec, task: Task) -> None:

@@ -42,7 +42,7 @@ Package layout (one role per module; a new learner copies this shape):
 ``gradient.py``    the per-record joint gradient with ghost norms, for the shared DP-SGD engine
 ``plan.py``        the privacy plan (local / float distributed noise): events, noise calibration
 ``secure.py``      the release under secure aggregation: its plan, its rows, the decode
-``party.py``       the party half (``LVQParty``)
+``party.py``       the party halves (``LVQParty``; ``SecureLVQParty`` under secure aggregation)
 ``coordinator.py`` the coordinator half (``LVQCoordinator``)
 ``options.py``     the parameter table and command-line options
 ``algorithm.py``   the registry entries ``glvq`` and ``gmlvq``
@@ -58,10 +58,10 @@ from dpfed.algorithms.lvq.estimator import DPGLVQ, DPGMLVQ, run_local
 from dpfed.algorithms.lvq.gradient import gradient_release, noisy_gradient_sum
 from dpfed.algorithms.lvq.model import evaluate
 from dpfed.algorithms.lvq.options import PARAMS, add_arguments, params_from_args
-from dpfed.algorithms.lvq.party import LVQParty
+from dpfed.algorithms.lvq.party import LVQParty, SecureLVQParty
 from dpfed.algorithms.lvq.plan import PrivacyPlan, prepare_params, privacy_plan
 from dpfed.algorithms.lvq.secure import SecureLVQPlan, secure_lvq_plan
 
-__all__ = ["PrivacyPlan", "privacy_plan", "prepare_params", "LVQParty", "LVQCoordinator", "evaluate",
+__all__ = ["PrivacyPlan", "privacy_plan", "prepare_params", "LVQParty", "SecureLVQParty", "LVQCoordinator", "evaluate",
            "noisy_gradient_sum", "gradient_release", "DPGLVQ", "DPGMLVQ", "ALGORITHMS", "DEFAULTS", "PROTOTYPE_BOUND",
            "PARAMS", "add_arguments", "params_from_args", "SecureLVQPlan", "secure_lvq_plan", "run_local"]

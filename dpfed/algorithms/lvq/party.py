@@ -1,4 +1,8 @@
-"""The party half of GLVQ / GMLVQ: charge the whole job, then answer each round once with noised sums.
+"""The party halves of GLVQ / GMLVQ: charge the whole job, then answer each round once with noised sums.
+
+The registry entry chooses the half once from the job's parameters
+(:meth:`dpfed.algorithms.contract.Algorithm.party_for`): :class:`LVQParty`, or :class:`SecureLVQParty` for
+distributed noise under secure aggregation.
 
 Each party charges the whole job (initialisation + T steps, :mod:`dpfed.algorithms.lvq.plan`) before its
 first answer and then answers each round at most once, only with the planned shapes and parameters.
@@ -8,8 +12,8 @@ Noise placement (``noise``):
 * ``local``: every party adds the full N(0, sigma^2 C^2) to its sum (and the full initialisation
   noise): each party's answers alone are (epsilon, delta)-DP, even against the coordinator. The
   aggregate's noise grows with sqrt(parties).
-* ``distributed`` with ``secure_aggregation``: the rows of :mod:`dpfed.algorithms.lvq.secure`, encoded
-  and masked by the secure session (never :meth:`LVQParty.answer`).
+* ``distributed`` with ``secure_aggregation`` (:class:`SecureLVQParty`): the rows of
+  :mod:`dpfed.algorithms.lvq.secure`, encoded and masked by the secure session (never ``answer``).
 * ``distributed`` without secure aggregation: each party adds 1/P of the noise variance (counts:
   discrete Gaussian with sigma^2 / P), so the *sum* carries the central noise; it protects a party
   against the coordinator only under secure aggregation: **simulation only**. (A sum of P discrete
@@ -27,13 +31,13 @@ puts the sum on a public grid with exact rounded-Gaussian noise instead (floatin
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, Iterator, Mapping
 
 import numpy as np
 from dp_accounting import DpEvent
 
 from dpfed.algorithms import dpsgd
-from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import Answer, JobSpec, PartyAlgorithm, Released, Task
 from dpfed.algorithms.lvq.defaults import DEFAULTS, PROTOTYPE_BOUND
 from dpfed.algorithms.lvq.gradient import LVQGradient
@@ -42,13 +46,14 @@ from dpfed.algorithms.lvq.model import init_rows, rescale
 from dpfed.algorithms.lvq.plan import PrivacyPlan, privacy_plan
 from dpfed.algorithms.lvq.secure import secure_init_rows, secure_lvq_plan, task_plan
 from dpfed.algorithms.secure_plan import SecurePlan
+from dpfed.algorithms.secure_release import SecureRelease
 from dpfed.core import accounting
 from dpfed.core.errors import TaskRejected
 from dpfed.core.mechanisms import discrete_laplace, gaussian, laplace, rounded_gaussian
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import DataValidationError
 
-__all__ = ["LVQParty"]
+__all__ = ["LVQParty", "SecureLVQParty"]
 
 
 class LVQParty(PartyAlgorithm):
@@ -77,11 +82,9 @@ class LVQParty(PartyAlgorithm):
             self._scaled[spec.job_id] = hit
         return hit[1]
 
-    def needs_secure_aggregation(self, spec: JobSpec) -> bool:
-        """Distributed noise: each answer carries only 1/P of the noise variance."""
-        return spec.params.get("noise", DEFAULTS["noise"]) == "distributed"
-
-    def job_event(self, spec: JobSpec) -> DpEvent:
+    @staticmethod
+    def _check_params(spec: JobSpec) -> None:
+        """The job parameters both halves refuse (public parameters only)."""
         p = {**DEFAULTS, **spec.params}
         if not p["private"]:
             raise TaskRejected("a non-private LVQ job can only run inside a local estimator, never at a party")
@@ -96,15 +99,9 @@ class LVQParty(PartyAlgorithm):
             raise TaskRejected("init_center must be 'mid' or 'lower' and init_clip >= 0")
         if p["init"] == "laplace" and float(p["init_clip"]) > 0:
             raise TaskRejected("init_clip applies to the Gaussian initialisation only")
-        if sn.is_secure(p):
-            try:
-                event = secure_lvq_plan(spec).event
-                spent = accounting.epsilon(event, spec.delta, accountant="rdp")
-            except ValueError as exc:
-                raise TaskRejected(f"invalid secure LVQ parameters: {exc}") from None
-            if spent > spec.epsilon * (1.0 + 1e-9):
-                raise TaskRejected(f"the job's noise gives epsilon {spent:.6g} > its stated epsilon {spec.epsilon:.6g}")
-            return event
+
+    def job_event(self, spec: JobSpec) -> DpEvent:
+        self._check_params(spec)
         try:
             plan = privacy_plan(spec.params)
             spent = accounting.epsilon(plan.event, spec.delta, pld_discretization=accounting.pld_grid(spec.epsilon))
@@ -115,10 +112,7 @@ class LVQParty(PartyAlgorithm):
         return plan.event
 
     def task_event(self, spec: JobSpec, task: Task) -> DpEvent | None:
-        """Round 0: the initialisation; round t >= 1: one Poisson-subsampled Gaussian step. None for a
-        secure-aggregation job, whose rounds the secure session answers (never :meth:`answer`)."""
-        if sn.is_secure({**DEFAULTS, **spec.params}):
-            return None
+        """Round 0: the initialisation; round t >= 1: one Poisson-subsampled Gaussian step."""
         _, plan, _ = self._job(spec)
         if task.round == 0:
             return plan.init_event
@@ -182,8 +176,6 @@ class LVQParty(PartyAlgorithm):
         return Z, y
 
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        if sn.is_secure({**DEFAULTS, **spec.params}):
-            raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
         Z, y = self._checked(spec, task, X, y)
         p, plan, (c, d, ppc, rank, _) = self._job(spec)
         share = int(p["parties"]) if p["noise"] == "distributed" else 1  # noise shares (1: local noise)
@@ -200,39 +192,6 @@ class LVQParty(PartyAlgorithm):
             out["grad_omega"] = g.omega
         # the party Poisson-samples its records: the step's release is the subsampled Gaussian
         return Released(out, (dpsgd.subsampled(float(p["sampling_rate"]), event),))
-
-    def secure_plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
-        return task_plan(spec, task)
-
-    def secure_rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
-                    rng: SecureRNG) -> Iterator[np.ndarray]:
-        """Initialisation: per record [sqrt(cf) e_y, sqrt(1 - cf) s / l2] (norm <= 1, the Gaussian
-        mechanism's count/sum split); steps: per sampled record its clipped joint gradient."""
-        plan = self.secure_plan(spec, task)
-        if plan is None:
-            raise TaskRejected("not a secure LVQ task")
-        Z, y = self._checked(spec, task, X, y)
-        if task.kind == "init":
-            return secure_init_rows(spec, Z, y)
-        p = self._job(spec)[0]
-        grad, mask = self._step_gradient(spec, task, len(Z), rng)
-        return dpsgd.clipped_row_chunks(grad, Z[mask], y[mask], float(p["clip"]),
-                                        dpsgd.rows_per_chunk(plan.noise.padded_dimension))
-
-    def secure_row_sum(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
-                       rng: SecureRNG) -> np.ndarray | None:
-        """A step's sum of per-record clipped joint gradients for "party" rounding, by ghost clipping
-        (:func:`dpfed.algorithms.dpsgd.clipped_sum`, the plain DP-SGD path: no per-record rows), in
-        :meth:`secure_rows`' layout; the sampled records are drawn as there. None for the initialisation
-        (its rows are summed)."""
-        if self.secure_plan(spec, task) is None:
-            raise TaskRejected("not a secure LVQ task")
-        if task.kind != "step":
-            return None
-        Z, y = self._checked(spec, task, X, y)
-        p = self._job(spec)[0]
-        grad, mask = self._step_gradient(spec, task, len(Z), rng)
-        return dpsgd.clipped_sum(grad, Z[mask], y[mask], float(p["clip"])).vector.astype(np.float64, copy=False)
 
     def _step_gradient(self, spec: JobSpec, task: Task, n: int, rng: SecureRNG) -> tuple[LVQGradient, np.ndarray]:
         """The gradient at the step's broadcast model, and the step's Poisson sample of the n records."""
@@ -264,3 +223,64 @@ class LVQParty(PartyAlgorithm):
             rel = laplace(sums, sensitivity=l1, epsilon=plan.sum_epsilon, rng=rng)
         out["sums"] = np.asarray(rel.value)
         return Released(out, (cnt.event, rel.event))
+
+
+class SecureLVQParty(LVQParty, SecureRelease):
+    """Distributed noise under secure aggregation: the initialisation and the T steps of
+    :mod:`dpfed.algorithms.lvq.secure`, each one distributed discrete Gaussian release encoded and masked by
+    the secure session (never :meth:`answer`)."""
+
+    builtin = True
+
+    def job_event(self, spec: JobSpec) -> DpEvent:
+        self._check_params(spec)
+        try:
+            event = secure_lvq_plan(spec).event
+            spent = accounting.epsilon(event, spec.delta, accountant="rdp")
+        except ValueError as exc:
+            raise TaskRejected(f"invalid secure LVQ parameters: {exc}") from None
+        if spent > spec.epsilon * (1.0 + 1e-9):
+            raise TaskRejected(f"the job's noise gives epsilon {spent:.6g} > its stated epsilon {spec.epsilon:.6g}")
+        return event
+
+    def task_event(self, spec: JobSpec, task: Task) -> DpEvent | None:
+        """Round 0: the initialisation's release; round t >= 1: one of the T steps' (Poisson-subsampled)
+        releases. Their composition is :meth:`job_event`."""
+        plan = secure_lvq_plan(spec)
+        return plan.init.event() if task.round == 0 else replace(plan.step, steps=1).event()
+
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
+        raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
+
+    def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
+        return task_plan(spec, task)
+
+    def rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
+             rng: SecureRNG) -> Iterator[np.ndarray]:
+        """Initialisation: per record [sqrt(cf) e_y, sqrt(1 - cf) s / l2] (norm <= 1, the Gaussian
+        mechanism's count/sum split); steps: per sampled record its clipped joint gradient."""
+        plan = self.plan(spec, task)
+        if plan is None:
+            raise TaskRejected("not a secure LVQ task")
+        Z, y = self._checked(spec, task, X, y)
+        if task.kind == "init":
+            return secure_init_rows(spec, Z, y)
+        p = self._job(spec)[0]
+        grad, mask = self._step_gradient(spec, task, len(Z), rng)
+        return dpsgd.clipped_row_chunks(grad, Z[mask], y[mask], float(p["clip"]),
+                                        dpsgd.rows_per_chunk(plan.noise.padded_dimension))
+
+    def row_sum(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
+                rng: SecureRNG) -> np.ndarray | None:
+        """A step's sum of per-record clipped joint gradients for "party" rounding, by ghost clipping
+        (:func:`dpfed.algorithms.dpsgd.clipped_sum`, the plain DP-SGD path: no per-record rows), in
+        :meth:`rows`' layout; the sampled records are drawn as there. None for the initialisation
+        (its rows are summed)."""
+        if self.plan(spec, task) is None:
+            raise TaskRejected("not a secure LVQ task")
+        if task.kind != "step":
+            return None
+        Z, y = self._checked(spec, task, X, y)
+        p = self._job(spec)[0]
+        grad, mask = self._step_gradient(spec, task, len(Z), rng)
+        return dpsgd.clipped_sum(grad, Z[mask], y[mask], float(p["clip"])).vector.astype(np.float64, copy=False)

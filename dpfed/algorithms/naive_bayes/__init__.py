@@ -19,7 +19,7 @@ from dpfed.algorithms.naive_bayes.coordinator import NaiveBayesCoordinator
 from dpfed.algorithms.naive_bayes.estimator import DataDerivedSchemaWarning, DPNaiveBayes
 from dpfed.algorithms.naive_bayes.model import evaluate, joint_log_likelihood, postprocess, predict, simplex_rows
 from dpfed.algorithms.naive_bayes.options import PARAMS
-from dpfed.algorithms.naive_bayes.party import NaiveBayesParty
+from dpfed.algorithms.naive_bayes.party import NaiveBayesParty, SecureNaiveBayesParty
 from dpfed.algorithms.naive_bayes.plan import Layout, NBPlan, gaussian_multiplier
 from dpfed.algorithms.naive_bayes.release import plan_release
 from dpfed.algorithms.naive_bayes.secure import secure_release
@@ -27,4 +27,4 @@ from dpfed.algorithms.naive_bayes.statistics import sufficient_statistics
 
 __all__ = ["ALGORITHMS", "PARAMS", "DPNaiveBayes", "NBPlan", "Layout", "plan_release", "secure_release",
            "sufficient_statistics", "postprocess", "simplex_rows", "joint_log_likelihood", "predict", "evaluate",
-           "NaiveBayesParty", "NaiveBayesCoordinator", "DataDerivedSchemaWarning", "gaussian_multiplier"]
+           "NaiveBayesParty", "SecureNaiveBayesParty", "NaiveBayesCoordinator", "DataDerivedSchemaWarning", "gaussian_multiplier"]

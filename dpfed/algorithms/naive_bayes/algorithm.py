@@ -5,10 +5,11 @@ from dpfed.algorithms.contract import Algorithm
 from dpfed.algorithms.naive_bayes.coordinator import NaiveBayesCoordinator
 from dpfed.algorithms.naive_bayes.model import evaluate
 from dpfed.algorithms.naive_bayes.options import PARAMS, add_arguments, params_from_args
-from dpfed.algorithms.naive_bayes.party import NaiveBayesParty
+from dpfed.algorithms.naive_bayes.party import NaiveBayesParty, SecureNaiveBayesParty
 
 __all__ = ["ALGORITHMS"]
 
 ALGORITHMS = {"naive-bayes": Algorithm(name="naive-bayes", party=NaiveBayesParty, coordinator=NaiveBayesCoordinator,
                                        evaluate=evaluate, add_arguments=add_arguments,
-                                       params_from_args=params_from_args, default_delta=1e-6, params=PARAMS)}
+                                       params_from_args=params_from_args, default_delta=1e-6, params=PARAMS,
+                                       secure=SecureNaiveBayesParty)}

@@ -1,5 +1,8 @@
-"""The naive Bayes party half: one task, answered with the noisy weighted statistics vector (or,
-under secure aggregation, the integer vector of :mod:`.secure`)."""
+"""The naive Bayes party halves, chosen once by the registry entry from the job's parameters
+(:meth:`dpfed.algorithms.contract.Algorithm.party_for`): :class:`NaiveBayesParty` answers its one task
+with the noisy weighted statistics vector; :class:`SecureNaiveBayesParty`, under distributed noise with
+secure aggregation, releases the integer vector of :mod:`.secure` (a
+:class:`~dpfed.algorithms.secure_release.SecureRelease`)."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -7,16 +10,16 @@ from typing import Iterator
 import numpy as np
 from dp_accounting import dp_event
 
-from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import JobSpec, PartyAlgorithm, Released, Task, TaskRejected
 from dpfed.algorithms.naive_bayes import secure
 from dpfed.algorithms.naive_bayes.plan import TASK_KIND
 from dpfed.algorithms.naive_bayes.release import plan_release
 from dpfed.algorithms.naive_bayes.statistics import party_records, sufficient_statistics
 from dpfed.algorithms.secure_plan import SecurePlan
+from dpfed.algorithms.secure_release import SecureRelease
 from dpfed.core.rng import SecureRNG
 
-__all__ = ["NaiveBayesParty"]
+__all__ = ["NaiveBayesParty", "SecureNaiveBayesParty"]
 
 
 class NaiveBayesParty(PartyAlgorithm):
@@ -29,18 +32,6 @@ class NaiveBayesParty(PartyAlgorithm):
             return plan_release(spec).event
         except ValueError as exc:
             raise TaskRejected(f"invalid naive Bayes parameters: {exc}") from None
-
-    def needs_secure_aggregation(self, spec: JobSpec) -> bool:
-        """Distributed noise: each answer carries one share of the noise."""
-        return spec.params.get("noise", "local") == "distributed"
-
-    def secure_plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
-        return secure.secure_plan(spec, task)
-
-    def secure_rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
-                    rng: SecureRNG) -> Iterator[np.ndarray]:
-        """The party's integer statistics vector as one row (:func:`.secure.secure_rows`)."""
-        return secure.secure_rows(spec, task, X, y)
 
     def check_task(self, spec: JobSpec, task: Task) -> None:
         if task.job_id != spec.job_id:
@@ -57,8 +48,6 @@ class NaiveBayesParty(PartyAlgorithm):
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
         from dpfed.core.mechanisms import discrete_laplace, rounded_gaussian
 
-        if sn.is_secure(spec.params):
-            raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
         plan = plan_release(spec)
         layout, X, y = party_records(spec, X, y)
         stats = sufficient_statistics(X, y, layout, plan.weights)
@@ -68,3 +57,21 @@ class NaiveBayesParty(PartyAlgorithm):
             rel = rounded_gaussian(stats, sensitivity=plan.l2, sigma=plan.noise, rng=rng)
         # the session checks that rel.event lies within the charged plan before anything leaves
         return Released({"stats": np.asarray(rel.value, dtype=np.int64)}, (rel.event,))
+
+
+class SecureNaiveBayesParty(NaiveBayesParty, SecureRelease):
+    """Distributed noise under secure aggregation: the same one task and plan (:func:`.release.plan_release`
+    picks the distributed one), released as the integer vector plus one noise share (never by :meth:`answer`)."""
+
+    builtin = True
+
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
+        raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
+
+    def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
+        return secure.secure_plan(spec, task)
+
+    def rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
+             rng: SecureRNG) -> Iterator[np.ndarray]:
+        """The party's integer statistics vector as one row (:func:`.secure.secure_rows`)."""
+        return secure.secure_rows(spec, task, X, y)

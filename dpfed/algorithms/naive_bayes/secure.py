@@ -83,7 +83,7 @@ def integer_secure_plan(schema_json: str, eps: float, delta: float, honest: int,
     noise = dn.DistributedNoisePlan(dimension=dim, clip=l2, gamma=1.0, bits=bits, sigma_share=float(sigma),
                                     honest_parties=honest, parties=parties, vectors=records)
     plan = NBPlan("ddgauss", weights, int(l1), l2, float(sigma), float(sigma) ** 2, event)
-    return plan, SecurePlan(noise, (("stats", (dim,)),), sn.rotation_seed(job_id, 0), integer=True)
+    return plan, SecurePlan(noise, (("stats", (dim,)),), sn.rotation_seed(job_id, 0), integer=True, l1=l1)
 
 
 def secure_plan(spec: JobSpec, task: Task) -> SecurePlan | None:
