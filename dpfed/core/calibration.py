@@ -25,6 +25,9 @@ __all__ = ["dp_sgd_event", "dp_sgd_epsilon", "calibrate_noise_multiplier", "gaus
 
 #: Coarse grid used only to locate a calibration bracket quickly.
 _COARSE_DISCRETIZATION = 10 * PLD_VALUE_DISCRETIZATION
+#: The coarse search runs only when its grid is at most this fraction of the target epsilon: a coarser
+#: grid (a target of 1e-3 against a grid of 1e-3) would put its root far from the fine one.
+_COARSE_MAX_RELATIVE = 0.02
 
 
 def dp_sgd_event(noise_multiplier: float, sampling_rate: float, steps: int) -> DpEvent:
@@ -157,8 +160,9 @@ def calibrate(make_event: Callable[[float], DpEvent], epsilon: float, delta: flo
 
     x0 = min(max(guess if guess is not None else math.sqrt(lo * hi), lo), hi)
     fine = _Memo(spend)
-    if accountant == "pld" and rtol < 1e-3:
-        coarse = _Memo(lambda x: spend(x, max(_COARSE_DISCRETIZATION, 10 * grid_)))
+    coarse_grid = max(_COARSE_DISCRETIZATION, 10 * grid_)
+    if accountant == "pld" and rtol < 1e-3 and coarse_grid <= _COARSE_MAX_RELATIVE * epsilon:
+        coarse = _Memo(lambda x: spend(x, coarse_grid))
         a, b = _bracket(coarse, x0, 2.0, lo, hi)
         if a is None:
             return _met_at_lo(fine, lo, hi, rtol)
@@ -215,23 +219,26 @@ class _Memo:
         return (max(missed), hi) if missed else None
 
 
-def _bracket(f: _Memo, guess: float, factor: float, lo: float, hi: float) -> tuple[float | None, float]:
-    """(a, b) with f(a) > 0 >= f(b), lo <= a < b <= hi, expanding geometrically from ``guess``;
-    (None, lo) when f(lo) <= 0 already; ValueError when f(hi) > 0 (the target is out of reach)."""
+def _bracket(f: _Memo, guess: float, factor: float, lo: float, hi: float, *, grow: bool = False
+             ) -> tuple[float | None, float]:
+    """(a, b) with f(a) > 0 >= f(b), lo <= a < b <= hi, expanding geometrically from ``guess`` (by
+    ``factor``; with ``grow``, a step whose excess ``factor - 1`` doubles each time: few evaluations even
+    far from the root); (None, lo) when f(lo) <= 0 already; ValueError when f(hi) > 0 (out of reach)."""
+    step = factor - 1.0
     if f(guess) <= 0:
         b = guess
         while b > lo:
-            a = max(b / factor, lo)
+            a = max(b / (1.0 + step), lo)
             if f(a) > 0:
                 return a, b
-            b = a
+            b, step = a, 2 * step if grow else step
         return None, lo
     a = guess
     while a < hi:
-        b = min(a * factor, hi)
+        b = min(a * (1.0 + step), hi)
         if f(b) <= 0:
             return a, b
-        a = b
+        a, step = b, 2 * step if grow else step
     raise ValueError(f"no noise parameter up to {hi:g} meets the target (epsilon {f(hi):+.3g} above it)")
 
 
@@ -252,7 +259,7 @@ def _secant_bracket(f: _Memo, x0: float, slope: float, rtol: float, lo: float, h
         if fp != fx and pred != x and (fp - fx) / (pred - x) < 0:
             slope = (fp - fx) / (pred - x)
         x, fx = pred, fp
-    return _bracket(f, x, 1.01, lo, hi)
+    return _bracket(f, x, 1.0 + 4 * rtol, lo, hi, grow=True)
 
 
 def _bisect(f: Callable[[float], float], lo: float, hi: float, rtol: float) -> tuple[float, float]:
