@@ -9,7 +9,12 @@ interrupted round is aborted with nothing unmasked (at most one aborted round), 
 completes. Checked: the job ends with every planned round, at most one round aborted, one charge per
 party, **at most one recorded answer per round at every party** (no second masked input), **no round
 whose unmask step ran in both coordinator processes** (from the coordinator's debug log of its
-broadcasts), finite prototypes.
+broadcasts), finite prototypes, and **what every party's ledger recorded before the kill stands** (the
+same task and answer digests per round at the end: the round in flight, whose masked inputs had left,
+was not answered again for the restarted coordinator). The kill lands right after a consistency step
+was sent, so that round's masked inputs are recorded at every party and it is the round resumed.
+That last check is the one that fails when the ledger's refusal of another task for an answered round
+(``BudgetLedger.record_answer``, AnswerConflictError) is removed: the coordinator-log check alone did not.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +54,30 @@ def _unmasked_rounds(log: str) -> tuple[set[int], set[int]]:
     assert len(runs) == 2, f"{len(runs)} coordinator starts in the log"
     pattern = re.compile(r"job secure-killed round (\d+): \S*unmask\S* sent to")
     return tuple({int(r) for r in pattern.findall(run)} for run in runs)  # type: ignore[return-value]
+
+
+def _wait_for_consistency_step(log: Path, min_round: int, timeout: float = 300.0) -> int:
+    """Poll the coordinator's debug log until it has sent the consistency step of a round >= ``min_round``
+    (that round's masked inputs are recorded at the parties; its unmask step follows within milliseconds)."""
+    pattern = re.compile(rb"job secure-killed round (\d+): secagg/consistency sent to")
+    deadline, seen = time.monotonic() + timeout, 0
+    with open(log, "rb") as f:
+        while time.monotonic() < deadline:
+            chunk = f.read()
+            rounds = [int(r) for r in pattern.findall(chunk)]
+            if rounds and max(rounds) >= min_round:
+                return max(rounds)
+            seen += len(chunk)
+            f.seek(max(0, seen - 200))  # a line cut at the end of a read is read again whole
+            seen = f.tell()
+            time.sleep(0.002)
+    raise AssertionError(f"no consistency step of round >= {min_round} within {timeout} s")
+
+
+def _answered(ledger: Path) -> list[tuple[int, str, str]]:
+    """(round, task digest, answer digest) the party's ledger holds for the job (read while the party runs)."""
+    with BudgetLedger(ledger, epsilon_limit=2.0, delta_limit=1e-5, accountant="rdp") as led:
+        return led.answered_rounds("secure-killed")
 
 
 def test_a_secure_job_resumes_after_the_coordinator_is_killed(segmentation, tmp_path):
@@ -84,14 +114,10 @@ def test_a_secure_job_resumes_after_the_coordinator_is_killed(segmentation, tmp_
                                           "noise": "distributed", "secure_aggregation": True, "min_survivors": 3,
                                           "bits": 16, "records": len(ds.X)}, parties=names, job_id="secure-killed")
 
-            def a_third() -> bool:
-                j = adm.status()["jobs"][0]
-                assert j["state"] in ("queued", "offering", "running"), j
-                return j["rounds"] >= ROUNDS // 3
-
-            wait_until(a_third, 300, "a third of the rounds")
-        os.kill(coord.pid, signal.SIGKILL)  # mid-job, very likely mid-round (two or three SecAgg steps per round)
+            _wait_for_consistency_step(tmp_path / "coordinator.log", ROUNDS // 3)
+        os.kill(coord.pid, signal.SIGKILL)  # mid-round: the round's masked inputs left, its unmask step is near
         coord.wait(timeout=10)
+        before_kill = {name: _answered(tmp_path / name / "ledger.sqlite") for name in names}
         coord = _spawn_coordinator(toml, tmp_path / "coordinator.log")
         with admin(pki, port) as adm:
             rec = adm.wait(job, timeout=600, raise_on_failure=False)
@@ -109,11 +135,21 @@ def test_a_secure_job_resumes_after_the_coordinator_is_killed(segmentation, tmp_
     assert rec["summary"]["aborted_rounds"] <= 1 and rec["summary"]["secure_aggregation"] is True, rec["summary"]
     assert np.all(np.isfinite(model["prototypes"]))
     # no round unmasked twice: the rounds whose unmask step ran before the kill and after the restart differ
-    before, after = _unmasked_rounds((tmp_path / "coordinator.log").read_text(errors="replace"))
+    log = (tmp_path / "coordinator.log").read_text(errors="replace")
+    before, after = _unmasked_rounds(log)
     assert before and after and not before & after, (sorted(before), sorted(after))
     for name in names:
         with BudgetLedger(tmp_path / name / "ledger.sqlite", epsilon_limit=2.0, delta_limit=1e-5,
                           accountant="rdp") as led:
             assert led.charge_ids() == ["secure-killed:plan"], name
-            rounds = [r for r, _, _ in led.answered_rounds("secure-killed")]
-            assert len(rounds) == len(set(rounds)) and max(rounds) == ROUNDS - 1, (name, rounds)
+            answered = led.answered_rounds("secure-killed")
+        rounds = [r for r, _, _ in answered]
+        assert len(rounds) == len(set(rounds)) and max(rounds) == ROUNDS - 1, (name, rounds)
+        # what the party recorded before the kill stands: no round whose masked input left to the first
+        # process was answered again (another task, another input) for the restarted one
+        old = before_kill[name]
+        assert old and answered[:len(old)] == old, (name, old[-2:], answered[len(old) - 2:len(old) + 1])
+    # the round in flight at the kill (its masked inputs recorded) is the round the restarted coordinator resumes at
+    resumed = int(re.search(r"job secure-killed resumes at round (\d+)", log).group(1))  # type: ignore[union-attr]
+    print(f"\nkilled with the parties' last recorded rounds {sorted({a[-1][0] for a in before_kill.values()})}; "
+          f"resumed at round {resumed}; unmasked before {max(before)}, after from {min(after)}")
