@@ -33,6 +33,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpfed.core.bernoulli import random_bits, size_tuple
+from dpfed.core.memo import shared_cache
 from dpfed.core.rng import SecureRNG
 from dpfed.core.samplers import dg_sigma
 
@@ -84,7 +85,7 @@ def _ceil(x: Fraction) -> int:
     return -((-x.numerator) // x.denominator)
 
 
-@functools.lru_cache(maxsize=32)
+@shared_cache(maxsize=32)  # single-flight: co-hosted parties offered one job build a table once
 def _table(sigma: float, cut: float) -> _Table:
     s = max(0, math.floor(math.log2(sigma / _BLOCKS_PER_SIGMA))) if sigma >= _BLOCKS_PER_SIGMA else 0
     w = 1 << s

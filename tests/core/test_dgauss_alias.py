@@ -245,3 +245,25 @@ def test_the_undecided_proposal_is_accepted_with_the_fractional_part(sigma):
         assert stats.binomtest(hits, 400, frac).pvalue > ALPHA, (e, hits, frac)
         done += 1
     assert done >= 2
+
+
+def test_threads_missing_one_table_build_it_once():
+    """Co-hosted parties (threads of one process) offered the same job ask for one sampler table at once:
+    it is built once, the others wait (a 100-party test spent 48 CPU s building it 100 times)."""
+    import threading
+
+    _table.cache_clear()
+    sigma, cut = 1234.5678, 9.0
+    barrier = threading.Barrier(8)
+
+    def build() -> None:
+        barrier.wait()
+        _table(sigma, cut)
+
+    threads = [threading.Thread(target=build) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    info = _table.cache_info()
+    assert (info.misses, info.hits) == (1, 7), info
