@@ -99,12 +99,8 @@ def gaussian_noise_multiplier(epsilon: float, delta: float, *, accountant: str =
 @shared_cache(maxsize=256)
 def _gaussian_cached(eps: float, delta_: float, accountant: str, rtol: float) -> float:
     guess = math.sqrt(2 * math.log(1.25 / delta_)) / eps if 0 < delta_ < 1 and eps > 0 else 1.0
-    floor = None
-    if accountant == "pld" and 0 < delta_ < 1:  # the exact curve's z: the PLD's (an upper bound) is above it
-        floor = calibrate(dp_accounting.GaussianDpEvent, eps, delta_, lo=1e-9, hi=1e9, guess=guess,
-                          accountant="analytic", rtol=1e-9)
     return calibrate(dp_accounting.GaussianDpEvent, eps, delta_, lo=1e-9, hi=1e9, guess=guess,
-                     accountant=accountant, rtol=rtol, floor=floor)
+                     accountant=accountant, rtol=rtol)
 
 
 def gaussian_delta(noise_multiplier: float, epsilon: float) -> float:
@@ -124,7 +120,7 @@ MAX_CALIBRATION_EVALUATIONS = 400
 def calibrate(make_event: Callable[[float], DpEvent], epsilon: float, delta: float, *,
               lo: float = 1e-6, hi: float = 1e7, guess: float | None = None, accountant: str = "pld",
               rtol: float = 1e-4, neighbouring: str = "add_remove",
-              pld_discretization: float | None = None, floor: float | None = None) -> float:
+              pld_discretization: float | None = None) -> float:
     """THE noise calibration of dpfed: the smallest x in [lo, hi] whose ``make_event(x)`` meets
     (epsilon, delta), for a family whose privacy spend does not grow with x (a noise parameter).
 
@@ -136,9 +132,7 @@ def calibrate(make_event: Callable[[float], DpEvent], epsilon: float, delta: flo
     ValueError when even ``hi`` misses the target. Under PLD a coarse grid (pessimistic, so it never
     under-states epsilon) supplies the first bracket; the PLD grid is ``pld_grid(epsilon)`` unless
     given (the grid a ledger whose limit is ``epsilon`` charges with). ``accountant="analytic"``: ``make_event(x)``
-    must be a ``GaussianDpEvent`` and the exact curve of :func:`gaussian_delta` decides. ``floor``: a proven
-    lower bound on the answer (the exact Gaussian curve's, below the PLD's): the search starts just above it
-    on the fine grid, without the coarse search (the answer is still one evaluated as meeting the target).
+    must be a ``GaussianDpEvent`` and the exact curve of :func:`gaussian_delta` decides.
     """
     if not (epsilon > 0 and math.isfinite(epsilon)):
         raise ValueError(f"target epsilon must be positive and finite, got {epsilon!r}")
@@ -166,14 +160,6 @@ def calibrate(make_event: Callable[[float], DpEvent], epsilon: float, delta: flo
 
     x0 = min(max(guess if guess is not None else math.sqrt(lo * hi), lo), hi)
     fine = _Memo(spend)
-    if floor is not None and accountant == "pld" and lo <= floor < hi:
-        x0 = floor * (1 + rtol)
-        if fine(x0) <= 0:  # meets, and within rtol of the smallest that does (no smaller than floor)
-            return x0
-        a, b = _secant_bracket(fine, x0, -epsilon / x0, rtol, floor, hi)
-        if a is None:
-            return _met_at_lo(fine, floor, hi, rtol)
-        return _brent_bracketed(fine, a, b, rtol)
     coarse_grid = max(_COARSE_DISCRETIZATION, 10 * grid_)
     if accountant == "pld" and rtol < 1e-3 and coarse_grid <= _COARSE_MAX_RELATIVE * epsilon:
         coarse = _Memo(lambda x: spend(x, coarse_grid))
