@@ -20,6 +20,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.rpc import caller, check_session, check_version
 from coordinator.state import JobRecord, StateStore
 from dpfed.algorithms.contract import JobSpec
+from dpfed.core.errors import DpfedError
 from protos import dpfed_pb2 as pb
 
 __all__ = ["Session", "Active", "JobFailed", "CoordinatorBase"]
@@ -61,7 +62,7 @@ class Active:
     errors: set[str] = field(default_factory=set)
 
 
-class JobFailed(Exception):
+class JobFailed(DpfedError):
     """A running job ends (failed or cancelled) with this reason."""
 
 
