@@ -136,7 +136,9 @@ class PartyDaemon:
     def _serve_once(self) -> None:
         cfg = self.config
         if not cfg.insecure:  # the server must hold an unrevoked coordinator certificate of our CA
-            check_coordinator(cfg.coordinator, cfg.tls)
+            self.party.coordinator = f"{check_coordinator(cfg.coordinator, cfg.tls)}@{cfg.coordinator}"
+        else:
+            self.party.coordinator = f"unverified (insecure)@{cfg.coordinator}"
         self._channel = ch = self._open_channel()
         stub = pbg.PartyStub(ch)
         try:

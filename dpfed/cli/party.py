@@ -1,17 +1,20 @@
-"""``dpfed party serve --config party.toml`` (run the daemon) and ``dpfed party check`` (validate
-the data against the declared schema and show the ledger, without connecting)."""
+"""``dpfed party serve --config party.toml`` (run the daemon), ``dpfed party check`` (validate
+the data against the declared schema and show the ledger, without connecting) and ``dpfed party ledger``
+(:mod:`dpfed.cli.ledger`)."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 
+from dpfed.cli.ledger import add_ledger_command
+
 __all__ = ["add_commands"]
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     pa = sub.add_parser("party", help="run a party daemon beside its data")
-    psub = pa.add_subparsers(dest="party_command", metavar="{serve,check}")
+    psub = pa.add_subparsers(dest="party_command", metavar="{serve,check,ledger}")
     pa.set_defaults(func=lambda a: (pa.print_help(), 2)[1])
     serve = psub.add_parser("serve", help="validate the data, then serve the coordinator's jobs until stopped")
     serve.add_argument("--config", required=True, help="party.toml (see party/config.py)")
@@ -22,6 +25,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     check = psub.add_parser("check", help="validate the data against the schema; print the ledger's budget")
     check.add_argument("--config", required=True, help="party.toml")
     check.set_defaults(func=_cmd_check)
+    add_ledger_command(psub)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

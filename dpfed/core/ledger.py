@@ -18,7 +18,10 @@ charge: a job's parameters digest (``jobs``: a job id means one set of parameter
 in the transaction of the job's first charge) and every answered round (``answers``: job, round,
 digest of the task, digest of the answer), with the bytes of each job's latest answer
 (``latest_answers``) so a repeat of that round gets the identical bytes, never a new draw
-(:meth:`BudgetLedger.record_answer`).
+(:meth:`BudgetLedger.record_answer`). Who asked is recorded beside the job (``job_origin``: the
+algorithm and the coordinator's identity, in the transaction of the job's first charge; a table
+added later, so a ledger written before it still loads and shows those jobs' origin as unknown);
+:meth:`BudgetLedger.history` reads it all back for the data owner's view (``dpfed party ledger``).
 """
 from __future__ import annotations
 
@@ -154,6 +157,8 @@ class BudgetLedger:
             c.execute("CREATE TABLE IF NOT EXISTS answers (job TEXT NOT NULL, round INTEGER NOT NULL,"
                       " task_digest TEXT NOT NULL, answer_digest TEXT NOT NULL, created_at REAL NOT NULL,"
                       " PRIMARY KEY (job, round))")
+            c.execute("CREATE TABLE IF NOT EXISTS job_origin (job TEXT PRIMARY KEY, algorithm TEXT NOT NULL,"
+                      " coordinator TEXT NOT NULL, created_at REAL NOT NULL)")  # added later: may be empty
             c.execute("CREATE TABLE IF NOT EXISTS latest_answers (job TEXT PRIMARY KEY, round INTEGER NOT NULL,"
                       " task_digest TEXT NOT NULL, answer_digest TEXT NOT NULL, data BLOB NOT NULL)")
             want = {"schema_version": _SCHEMA_VERSION, "accountant": self.accountant,
@@ -219,7 +224,7 @@ class BudgetLedger:
 
     # ------------------------------------------------------------------ API
     def charge(self, job: str, event: DpEvent, *, charge_id: str | None = None,
-               params_digest: str | None = None) -> float:
+               params_digest: str | None = None, origin: tuple[str, str] | None = None) -> float:
         """Charge ``event`` to ``job``; return the owner's new total epsilon (at delta_limit).
 
         Atomic and durable: returns only after the charge is committed to disk. Idempotent on
@@ -227,7 +232,8 @@ class BudgetLedger:
         :class:`BudgetExceededError` (recording nothing) when the limit would be exceeded.
         ``params_digest`` binds the job id to its parameters in the same transaction: a job
         recorded with another digest, or charged before without one, raises
-        :class:`JobConflictError` and charges nothing.
+        :class:`JobConflictError` and charges nothing. ``origin`` = (algorithm, coordinator identity)
+        is recorded for the data owner's view in the same transaction, the first time the job is seen.
         """
         if not isinstance(job, str) or not job:
             raise ValueError("job must be a non-empty string")
@@ -242,6 +248,9 @@ class BudgetLedger:
             try:
                 if params_digest is not None:
                     self._bind_job(c, job, params_digest)
+                if origin is not None:
+                    c.execute("INSERT OR IGNORE INTO job_origin (job, algorithm, coordinator, created_at)"
+                              " VALUES (?, ?, ?, ?)", (job, str(origin[0]), str(origin[1]), time.time()))
                 if charge_id is not None:
                     row = c.execute("SELECT job, event FROM charges WHERE charge_id = ?",
                                     (cid,)).fetchone()
@@ -399,6 +408,23 @@ class BudgetLedger:
                 "accountant": self.accountant,
                 "neighbouring": self.neighbouring,
             }
+
+    def history(self) -> dict[str, list[dict[str, Any]]]:
+        """Every charge (commit order; with its job's parameters digest and origin when recorded) and every
+        answered round's digests (``answers``), as plain rows for the data owner's view. Reads only."""
+        with self._lock:
+            c = self._db()
+            charges = c.execute(
+                "SELECT c.seq, c.charge_id, c.job, c.event, c.epsilon_after, c.epsilon_limit, c.delta_limit,"
+                " c.created_at, j.params_digest, o.algorithm, o.coordinator FROM charges c"
+                " LEFT JOIN jobs j ON j.job = c.job LEFT JOIN job_origin o ON o.job = c.job ORDER BY c.seq").fetchall()
+            answers = c.execute("SELECT job, round, task_digest, answer_digest, created_at FROM answers"
+                                " ORDER BY created_at, job, round").fetchall()
+        keys = ("seq", "charge_id", "job", "event", "epsilon_after", "epsilon_limit", "delta_limit", "created_at",
+                "params_digest", "algorithm", "coordinator")
+        return {"charges": [dict(zip(keys, row, strict=True)) for row in charges],
+                "answers": [dict(zip(("job", "round", "task_digest", "answer_digest", "created_at"), row, strict=True))
+                            for row in answers]}
 
     def charge_ids(self, job: str | None = None) -> list[str]:
         """Charge ids recorded (in commit order), for one job or all."""

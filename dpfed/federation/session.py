@@ -75,6 +75,7 @@ class PartyContext:
     secure_aggregation: bool = False   # SIMULATIONS: accept distributed noise without secure aggregation
     seed: int | str | None = None      # SIMULATIONS ONLY: reproducible noise per (seed, job, party)
     secagg: SecAggParty | None = None  # takes part in secure aggregation (secure_session.py)
+    coordinator: str = "in-process"    # who offers the jobs (the daemon: "NAME@ADDRESS"), for the ledger's view
 
     def rng_for(self, job_id: str, resume_round: int = 0) -> SecureRNG:
         """The job's noise generator; a seeded one resumed at round r > 0 gets its own stream (a
@@ -208,7 +209,8 @@ def decide(party: PartyContext, offer: JobSpec | str) -> Decision:
     except Exception as exc:  # noqa: BLE001 - the daemon never dies because of a job's parameters
         return refuse(f"bad job parameters: {type(exc).__name__}: {exc}")
     try:  # durable before anything of this job leaves the party
-        total = party.ledger.charge(job_id, event, charge_id=f"{job_id}:plan", params_digest=digest)
+        total = party.ledger.charge(job_id, event, charge_id=f"{job_id}:plan", params_digest=digest,
+                                    origin=(spec.algorithm, party.coordinator))
     except JobConflictError as exc:
         return refuse(str(exc))
     except BudgetExceededError as exc:
