@@ -17,6 +17,7 @@ _MODULES = {
     "glvq": "dpfed.algorithms.lvq",
     "gmlvq": "dpfed.algorithms.lvq",
     "kmeans": "dpfed.algorithms.kmeans",
+    "statistics": "dpfed.algorithms.statistics",
 }
 
 

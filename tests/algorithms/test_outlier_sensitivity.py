@@ -189,13 +189,45 @@ def test_sample_aggregate_outlier_answer_moves_the_release_by_at_most_its_sensit
         assert moved <= smooth_sensitivity(radii(z), t0, 1e-3, diam)
 
 
+# ------------------------------------------------------------------------------------------ statistics
+
+STATS_QUERIES = ["count", "mean:u", "var:v", "median:u:bins=32", "quantile:v:0.9", "histogram:u:bins=7",
+                 "histogram:a", "table:a:a", "sum:v"]
+
+
+@pytest.mark.parametrize("mechanism,delta", [("gaussian", 1e-6), ("laplace", 0.0)])
+@pytest.mark.parametrize("u,v", [(FAR * 10, -FAR * 5), (math.inf, -math.inf), (-math.inf, math.inf)])
+def test_statistics_outlier_moves_the_release_by_at_most_its_sensitivity(mechanism, delta, u, v):
+    """Every statistics block (counts, Bernstein moments, histograms, tables, per class): a record clamped to the
+    bounds adds exactly its block weight W_b in L1 to each block, so the vector moves by at most sum W_b (L1) and
+    sqrt(sum W_b^2) (L2), the plan's sensitivities, with the same noise draws from the same seed."""
+    from dpfed.algorithms import statistics
+
+    g = np.random.default_rng(0)
+    X = np.column_stack([g.integers(0, 3, 200), g.uniform(0, 10, 200), g.uniform(-5, 5, 200)])
+    y = g.integers(0, 2, 200)
+    spec = JobSpec("st", "statistics", {"epsilon": 1.0, "delta": delta, "mechanism": mechanism,
+                                        "queries": STATS_QUERIES, "group_by": "class"}, NB_SCHEMA)
+    plan, layout = statistics.plan_release(spec), statistics.job_layout(spec)
+    task = Task("st", 0, "statistics")
+
+    def release(X, y):
+        return _arrays(statistics.StatisticsParty().answer(spec, task, X, y, SecureRNG.from_seed("st")))["stats"]
+
+    diff = (release(np.vstack([X, [1, u, v]]), np.append(y, 1)) - release(X, y)).astype(float)
+    for b, block in enumerate(layout.blocks):
+        assert np.abs(diff[block.offset:block.offset + block.size]).sum() == plan.weights[b]
+    assert np.abs(diff).sum() <= plan.l1 and np.linalg.norm(diff) <= plan.l2
+
+
 # ------------------------------------------------------------------------------------------ every secure path
 
 #: The local path of every learner of the registry has its own test above (a new learner must add one).
 LOCAL_TESTS = {"naive-bayes": test_naive_bayes_outlier_moves_the_release_by_at_most_its_sensitivity,
                "glvq": test_lvq_step_outlier_moves_the_noisy_gradient_by_at_most_the_clip,
                "gmlvq": test_lvq_step_outlier_moves_the_noisy_gradient_by_at_most_the_clip,
-               "kmeans": test_kmeans_dp_lloyd_outlier_moves_sums_by_at_most_the_radius_and_counts_by_one}
+               "kmeans": test_kmeans_dp_lloyd_outlier_moves_sums_by_at_most_the_radius_and_counts_by_one,
+               "statistics": test_statistics_outlier_moves_the_release_by_at_most_its_sensitivity}
 SECURE_PATHS = sorted(n for n, mode in release_paths() if mode == "secure")
 
 

@@ -37,6 +37,9 @@ _JOBS: dict[str, tuple[Schema, bool, list[dict[str, Any]]]] = {
     "kmeans": (_BOX3, False, [{"epsilon": 1.0, "delta": 1e-6, "k": 2, "method": "sample-aggregate", "refine_steps": 1},
                               {"epsilon": 1.0, "delta": 1e-6, "k": 2, "method": "sample-aggregate", "refine_steps": 0},
                               {"epsilon": 1.0, "delta": 1e-6, "k": 2, "method": "lloyd", "lloyd_iters": 2}]),
+    "statistics": (_NB, True, [{"epsilon": 1.0, "delta": 1e-6, "group_by": "class",
+                                "queries": ["count", "var:u", "median:v:bins=16", "histogram:a", "mean:v"]},
+                               {"epsilon": 1.0, "delta": 1e-6, "queries": ["table:a:a", "sum:u"]}]),
 }
 
 

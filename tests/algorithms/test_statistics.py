@@ -1,0 +1,202 @@
+"""Federated statistics (issue 27 item 2) against independent references: the charged plan equals an event
+built here from the public parameters; the party's statistics before noise equal NumPy's on the clamped
+records; the noise in the parties' actual answers has the planned variance; the reported intervals cover
+the true values at their nominal rate; the one-party tools agree with the job."""
+from __future__ import annotations
+
+import math
+
+import dp_accounting as dpa
+import numpy as np
+import pytest
+from dp_accounting.dp_event import DiscreteLaplaceDpEvent
+from dp_accounting.pld import pld_privacy_accountant
+
+from dpfed.algorithms import statistics
+from dpfed.algorithms.contract import JobSpec, Task
+from dpfed.algorithms.driver import run_local
+from dpfed.algorithms.params import validate
+from dpfed.algorithms.registry import get_algorithm
+from dpfed.core import accounting
+from dpfed.core.events import DistributedDiscreteGaussianDpEvent
+from dpfed.core.rng import SecureRNG
+from dpfed.data.schema import Feature, Schema
+from dpfed.simulation.inprocess import run_inprocess
+
+SCHEMA = Schema((Feature("a", "categorical", categories=3), Feature("u", "numeric", lower=0.0, upper=10.0),
+                 Feature("v", "numeric", lower=-5.0, upper=5.0), Feature("b", "categorical", categories=2)),
+                n_classes=2)
+QUERIES = ["count", "mean:u", "var:v", "std:u", "sum:v", "median:u:bins=40", "quantile:v:0.9:bins=20",
+           "histogram:u:bins=5", "histogram:a", "table:a:b"]
+TASK = Task("st", 0, "statistics")
+
+
+def _data(n: int = 3000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    g = np.random.default_rng(seed)
+    X = np.column_stack([g.integers(0, 3, n), np.minimum(g.gamma(2.0, 1.5, n), 10.0),
+                         np.clip(g.normal(0.5, 2.5, n), -5.0, 5.0), g.integers(0, 2, n)])
+    return X, g.integers(0, 2, n)
+
+
+def _spec(eps=1.0, delta=1e-6, mech="auto", queries=QUERIES, by="a", **kw) -> JobSpec:
+    p = validate(get_algorithm("statistics"), {"epsilon": eps, "delta": delta, "mechanism": mech, "queries": queries,
+                                               **({"group_by": by} if by else {}), **kw}, SCHEMA)
+    return JobSpec("st", "statistics", p, SCHEMA)
+
+
+def _pld_eps(event, delta: float) -> float:
+    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    acc.compose(event)
+    return acc.get_epsilon(delta)
+
+
+# ------------------------------------------------------------------------------------------ the plan
+
+def test_blocks_are_counted_independently():
+    """The queries above need, per group of ``a``: moments of u (degree 2, for std), moments of v (degree 2),
+    a 40-bin and a 20-bin grid, a 5-bin histogram of u, the histogram of a, the table a x b: 7 blocks (the count
+    reads the first moments block)."""
+    layout = statistics.job_layout(_spec())
+    assert layout.n_blocks == 7
+    assert layout.length == 3 * (3 + 3 + 40 + 20 + 5 + 3 + 6)
+
+
+@pytest.mark.parametrize("eps,delta,mech", [(1.0, 0.0, "auto"), (0.5, 1e-6, "laplace"), (2.0, 1e-6, "gaussian")])
+def test_local_plan_equals_an_event_built_here(eps, delta, mech):
+    spec = _spec(eps, delta, mech)
+    half = statistics.StatisticsParty()
+    job = half.job_event(spec)
+    assert accounting.event_to_json(job) == accounting.event_to_json(half.task_event(spec, TASK))
+    plan = statistics.plan_release(spec)
+    m = 7
+    if mech == "gaussian":  # z: the smallest multiplier dp_accounting's own PLD accepts, by bisection here
+        lo, hi = 1.0, 20.0
+        while hi - lo > 1e-5 * hi:
+            mid = 0.5 * (lo + hi)
+            lo, hi = (lo, mid) if _pld_eps(dpa.GaussianDpEvent(mid), delta) <= eps else (mid, hi)
+        assert isinstance(job, dpa.GaussianDpEvent) and job.noise_multiplier == pytest.approx(hi, rel=2e-4)
+        assert plan.l2 == pytest.approx(math.sqrt(m) * plan.weights[0])
+        assert plan.noise == pytest.approx(hi * plan.l2, rel=2e-4)
+    else:  # pure epsilon-DP: the randomized-response pair, Laplace scale (L1 + 1) / eps on m equal weights
+        assert job == DiscreteLaplaceDpEvent(eps, 1)
+        assert plan.l1 == m * plan.weights[0] and plan.noise == pytest.approx((plan.l1 + 1) / eps)
+
+
+def test_secure_plan_equals_an_event_built_here():
+    spec = _spec(1.0, 1e-5, noise="distributed", secure_aggregation=True, roster=["p0", "p1", "p2", "p3", "p4"],
+                 records=20000, min_survivors=4, colluders=1)
+    half = get_algorithm("statistics").party_for(spec.params)
+    job = half.job_event(spec)
+    w = statistics.plan_release(spec).weights
+    assert len(w) == 7 and len(set(w.tolist())) == 1
+    L = statistics.job_layout(spec).length
+    assert isinstance(job, DistributedDiscreteGaussianDpEvent)
+    assert (job.parties, job.l2_sensitivity, job.l1_sensitivity, job.dimension) == \
+        (3, pytest.approx(math.sqrt(7) * w[0]), 7 * w[0], L)
+    # the smallest share meeting the target (by the RDP conversion the ledger uses), to 1e-3
+    assert accounting.epsilon(job, 1e-5, accountant="rdp") <= 1.0
+    smaller = DistributedDiscreteGaussianDpEvent(job.sigma_share * (1 - 1e-3), 3, job.l2_sensitivity,
+                                                 job.l1_sensitivity, L)
+    assert accounting.epsilon(smaller, 1e-5, accountant="rdp") > 1.0
+
+
+# ------------------------------------------------------------------------------------------ before the noise
+
+def test_party_statistics_before_noise_equal_numpy_on_clamped_records():
+    X, y = _data()
+    X[:5, 1] = [1e9, -1e9, np.inf, -np.inf, 11.0]  # far outside [0, 10]: clamped
+    spec = _spec()
+    layout, plan = statistics.job_layout(spec), statistics.plan_release(spec)
+    vec = statistics.party_statistics(X, y, layout, plan.weights, SCHEMA)
+    u, v, a, b = np.clip(X[:, 1], 0, 10), np.clip(X[:, 2], -5, 5), X[:, 0].astype(int), X[:, 3].astype(int)
+    n = len(X)
+    W = float(plan.weights[0])
+    # decode with the estimators at zero noise: count, mean, var, std, sum per group of a, against NumPy
+    var0 = np.zeros(layout.n_blocks)
+    answers = statistics.estimate.estimate_all(layout, SCHEMA, vec, plan.weights, var0, "laplace", 0.95)
+    ans = {x.query.label: x for x in answers}
+    tol = n / W  # every record's Bernstein entries are rounded to 1 / W of a record
+    for g in range(3):
+        s = a == g
+        assert ans["count() by a"].value[g] == s.sum()
+        assert ans["mean(u) by a"].value[g] == pytest.approx(u[s].mean(), abs=10 * tol / s.sum())
+        assert ans["var(v) by a"].value[g] == pytest.approx(v[s].var(), abs=100 * 3 * tol / s.sum())
+        assert ans["std(u) by a"].value[g] == pytest.approx(u[s].std(), abs=1e-3)
+        assert ans["sum(v) by a"].value[g] == pytest.approx(v[s].sum(), abs=10 * tol)
+        np.testing.assert_array_equal(ans["histogram(u, bins=5) by a"].value[g], np.histogram(u[s], 5, (0, 10))[0])
+        np.testing.assert_array_equal(ans["histogram(a) by a"].value[g], np.bincount(a[s], minlength=3))
+        np.testing.assert_array_equal(ans["table(a, b) by a"].value[g],
+                                      np.histogram2d(a[s], b[s], bins=(3, 2), range=((0, 3), (0, 2)))[0].ravel())
+        # the quantile grid's cells are NumPy's histogram: the quantile lies in its interval at zero noise
+        qv = ans["quantile(v, 0.9) by a"]
+        true = np.quantile(v[s], 0.9, method="inverted_cdf")
+        assert qv.lower[g] <= true <= qv.upper[g] and qv.upper[g] - qv.lower[g] <= 10 / 20 + 1e-12
+
+
+# ------------------------------------------------------------------------------------------ the noise
+
+@pytest.mark.parametrize("mech,delta", [("laplace", 0.0), ("gaussian", 1e-6)])
+def test_noise_in_the_parties_answers_matches_the_plan(mech, delta):
+    """The answers of the real party half minus its noiseless vector: mean 0 and the planned variance, over
+    4 answers x 3 x 540 entries. The sample variance's relative standard error is sqrt((kurtosis - 1) / N)
+    (<= 0.029 for Laplace, kurtosis 6); a deviation beyond 5 of them is a false alarm with probability < 1e-6
+    (normal approximation), as is a mean beyond 5 standard errors."""
+    X, y = _data(500)
+    spec = _spec(2.0, delta, mech, queries=["histogram:u:bins=500", "mean:v", "histogram:a", "count"])
+    plan, layout = statistics.plan_release(spec), statistics.job_layout(spec)
+    exact = statistics.party_statistics(X, y, layout, plan.weights, SCHEMA)
+    noise = np.concatenate([statistics.StatisticsParty().answer(spec, TASK, X, y, SecureRNG.from_seed(f"n{i}"))
+                            .arrays["stats"] - exact for i in range(4)]).astype(np.float64)
+    N = len(noise)
+    assert N >= 6000
+    assert abs(noise.mean()) <= 5 * math.sqrt(plan.noise_var / N)
+    rel = math.sqrt((6.0 if mech == "laplace" else 3.0) - 1) / math.sqrt(N)
+    assert abs(noise.var() / plan.noise_var - 1) <= 5 * rel
+
+
+def test_interval_coverage_fast():
+    """150 seeded runs of one job on fixed records (true values: NumPy on the clamped records): each interval
+    family covers at >= its nominal 95 % minus 3.5 binomial standard errors (sqrt(.95 .05 / 150) = 1.8 %): a
+    false alarm per family < 3e-4 for a correct interval (one-sided normal approximation)."""
+    X, y = _data(800, seed=3)
+    spec = _spec(0.5, 0.0, "laplace", queries=["mean:u", "var:v", "median:u:bins=50", "histogram:a"], by="b")
+    algo = get_algorithm("statistics")
+    u, v, a, b = X[:, 1], X[:, 2], X[:, 0].astype(int), X[:, 3].astype(int)
+    truth = [np.array([u[b == g].mean() for g in (0, 1)]), np.array([v[b == g].var() for g in (0, 1)]),
+             np.array([np.quantile(u[b == g], 0.5, method="inverted_cdf") for g in (0, 1)]),
+             np.array([np.bincount(a[b == g], minlength=3) for g in (0, 1)])]
+    hits = np.zeros(4)
+    runs = 150
+    for s in range(runs):
+        coord = run_local(algo, spec, X, y, SecureRNG.from_seed(f"cov{s}")).coordinator
+        for i, (ans, t) in enumerate(zip(coord.answers, truth, strict=True)):
+            hits[i] += np.mean((ans.lower <= t + 1e-9) & (t - 1e-9 <= ans.upper))
+    cover = hits / runs
+    assert np.all(cover >= 0.95 - 3.5 * math.sqrt(0.95 * 0.05 / runs)), cover
+
+
+# ------------------------------------------------------------------------------------------ API and transports
+
+def test_tools_mean_is_the_one_party_job():
+    X, _ = _data(2000)
+    e = statistics.mean(X[:, 1], epsilon=1.0, bounds=(0, 10), random_state=7)
+    assert e.lower <= e.value <= e.upper and e.se > 0
+    assert abs(e.value - np.clip(X[:, 1], 0, 10).mean()) < 6 * e.se + 0.05
+    h = statistics.histogram(X[:, 1], epsilon=1.0, bins=4, range=(0, 10), random_state=7)
+    assert h.value.shape == (4,) and h.edges.tolist() == [0, 2.5, 5, 7.5, 10]
+    g = statistics.median(X[:, 1], 1.0, (0, 10), by=X[:, 3].astype(int), groups=2, random_state=1)
+    assert np.shape(g.value) == (2,)
+
+
+def test_five_parties_distributed_noise_in_process():
+    X, y = _data(4000)
+    parts = [(X[i::5], y[i::5]) for i in range(5)]
+    spec = JobSpec("st5", "statistics", {**_spec().params, "noise": "distributed", "secure_aggregation": True}, SCHEMA)
+    res = run_inprocess(spec, parts, seed=3)
+    assert res.summary["mechanism"] == "ddgauss" and res.summary["secure_aggregation"] is True
+    assert res.epsilon_spent <= 1.0 * (1 + 1e-9)
+    out = {r["query"]: r for r in res.summary["results"]}
+    u, a = np.clip(X[:, 1], 0, 10), X[:, 0].astype(int)
+    for g in range(3):
+        r = out["mean(u) by a"]
+        assert abs(r["value"][g] - u[a == g].mean()) <= 6 * r["se"][g]
