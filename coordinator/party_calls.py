@@ -9,6 +9,7 @@ than the job's plan (recomputed here from the public spec) is refused and the jo
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 import time
 from typing import Iterator
@@ -189,6 +190,8 @@ class PartyCalls(CoordinatorBase):
             rejoin = name in act.responses
         if req.accept:
             self.store.record_release(name, req.job_id, accounting.event_to_json(act.plan.result()))
+            if math.isfinite(req.epsilon_total) and req.epsilon_total >= 0:  # what the party's own ledger says
+                self.store.note_party(name, epsilon_spent=float(req.epsilon_total), reported=time.time())
         with self._cond:
             if not rejoin:
                 act.responses[name] = req

@@ -231,9 +231,8 @@ class StateStore:
     def record_release(self, party: str, job_id: str, event_json: str) -> float:
         """Record that ``party`` accepted (and charged) ``job_id``'s plan; return its composed spend."""
         event = event_from_json(event_json)
-        rdp_only = "DistributedDiscreteGaussianDpEvent" in event_json
-        with self._lock:
-            self._ledger(party, "rdp" if rdp_only else "pld").charge(job_id, event, charge_id=f"{job_id}:plan")
+        with self._lock:  # the PLD mirror takes every event (earlier mirrors put distributed noise in budget-rdp)
+            self._ledger(party, "pld").charge(job_id, event, charge_id=f"{job_id}:plan")
             return self.spent(party)
 
     def spent(self, party: str) -> float:
@@ -252,10 +251,12 @@ class StateStore:
             out = {}
             for name in sorted(names):
                 facts = self.parties.get(name, {})
-                out[name] = {"epsilon_spent": self.spent(name),
-                             "epsilon_limit": float(facts.get("epsilon_limit", float("nan"))),
+                spent, limit = self.spent(name), float(facts.get("epsilon_limit", float("nan")))
+                reported = float(facts.get("epsilon_spent", float("nan")))
+                out[name] = {"epsilon_spent": spent, "epsilon_limit": limit,
                              "delta_limit": float(facts.get("delta_limit", float("nan"))),
-                             "party_reported_spent": float(facts.get("epsilon_spent", float("nan")))}
+                             "party_reported_spent": reported,
+                             "over_limit": bool(spent > limit or reported > limit)}
             return out
 
     def close(self) -> None:

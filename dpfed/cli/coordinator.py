@@ -114,6 +114,16 @@ def _add_job(sub: argparse._SubParsersAction) -> None:
     sb.add_argument("--wait", action="store_true", help="wait for the job to end and print its record")
     _admin_args(sb)
     add_algorithm_arguments(sb)
+    g = sb.add_argument_group("secure aggregation (jobs with --noise distributed)")
+    g.add_argument("--secure-aggregation", choices=("on", "off"), default="on",
+                   help="on (default): distributed noise runs under SecAgg, as a deployment requires")
+    g.add_argument("--records", type=int, default=None, metavar="N",
+                   help="a PUBLIC bound on the total number of records over the parties (the modulus headroom); "
+                        "required with --noise distributed")
+    g.add_argument("--min-survivors", type=int, default=None, metavar="P_MIN",
+                   help="noise planned for P_MIN survivors (default: every party of the roster)")
+    g.add_argument("--colluders", type=int, default=None, help="parties that may collude with the coordinator (default 0)")
+    g.add_argument("--bits", type=int, default=None, metavar="B", help="SecAgg arithmetic mod 2^B (default 16)")
     sb.set_defaults(func=_cmd_submit)
     for name, fn, hlp in (("wait", _cmd_wait, "wait for a job to end"), ("cancel", _cmd_cancel, "cancel a job"),
                           ("resume", _cmd_resume, "continue a failed, cancelled or refused job from its last "
@@ -232,18 +242,36 @@ def _num(x: Any) -> str:
     return "?" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.4g}"
 
 
+def _over(p: dict[str, Any]) -> bool:
+    """Whether the coordinator's record or the party's own report of its spend exceeds its limit."""
+    limit = p.get("epsilon_limit")
+    if not isinstance(limit, (int, float)) or math.isnan(limit):
+        return False
+    return any(isinstance(v, (int, float)) and v > limit for v in (p.get("epsilon_spent"), p.get("party_reported_spent")))
+
+
+def budget_warning(p: dict[str, Any]) -> str:
+    """One line: a party's spend exceeds its limit (by the coordinator's record or its own report)."""
+    return (f"WARNING: party {p['name']} is over its budget: spent {_num(p.get('epsilon_spent'))} (coordinator's "
+            f"record), {_num(p.get('party_reported_spent'))} (party's ledger) against a limit of "
+            f"{_num(p.get('epsilon_limit'))}")
+
+
 def format_status(status: dict[str, Any]) -> str:
     """The status as readable tables (parties with budget, then jobs)."""
     now = status.get("now", time.time())
     prow = [[p["name"], "yes" if p["connected"] else "no", _ago(now, p.get("last_seen")),
-             f"{_num(p.get('epsilon_spent'))} / {_num(p.get('epsilon_limit'))}", _num(p.get("delta_limit"))]
+             f"{_num(p.get('epsilon_spent'))} / {_num(p.get('epsilon_limit'))}" + (" OVER" if _over(p) else ""),
+             _num(p.get("party_reported_spent")), _num(p.get("delta_limit"))]
             for p in status["parties"]]
     jrow = []
     for j in status["jobs"]:
         reason = j.get("reason", "")
         jrow.append([j["job_id"], j["algorithm"], j["state"], f"{100 * j.get('progress', 0):.0f}%", j.get("rounds", 0),
                      _num(j["params"].get("epsilon")), reason if len(reason) < 100 else reason[:97] + "..."])
-    out = ["Parties", _table(prow, ["party", "connected", "last seen", "epsilon spent / limit", "delta limit"])
+    warn = [budget_warning(p) for p in status["parties"] if _over(p)]
+    out = warn + ["Parties", _table(prow, ["party", "connected", "last seen", "epsilon spent / limit",
+                                           "party reports", "delta limit"])
            if prow else "(none registered)", "", "Jobs",
            _table(jrow, ["job", "algorithm", "state", "progress", "rounds", "epsilon", "reason"]) if jrow else "(none)"]
     return "\n".join(out)
@@ -288,6 +316,10 @@ def _cmd_submit(args: argparse.Namespace) -> int:
             params[key] = json.loads(value)
         except ValueError:
             params[key] = value
+    refusal = secure_defaults(params, args)
+    if refusal:
+        print(f"dpfed job submit: error: {refusal}", file=sys.stderr)
+        return 2
     if algo is not None:  # the same declared ranges the coordinator and the parties check
         from dpfed.algorithms.params import validate
 
@@ -303,6 +335,22 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     except grpc.RpcError as exc:
         return _rpc_error(exc, "job submit")
     return 0
+
+
+def secure_defaults(params: dict[str, Any], args: argparse.Namespace) -> str | None:
+    """Fill in what a ``--noise distributed`` job needs in a deployment (secure aggregation on, the public record
+    bound and the SecAgg options given as flags; ``--param`` wins); the one-line refusal when something is missing."""
+    if params.get("noise") != "distributed":
+        return None
+    params.setdefault("secure_aggregation", args.secure_aggregation != "off")
+    for key in ("records", "min_survivors", "colluders", "bits"):
+        if getattr(args, key, None) is not None:
+            params.setdefault(key, getattr(args, key))
+    if params["secure_aggregation"] is True and params.get("records") is None:
+        return ("--noise distributed needs --records N: a public bound on the total number of records over the "
+                "parties (it sets the secure-aggregation modulus; take it from the parties' documentation, not "
+                "their data)")
+    return None
 
 
 def _cmd_wait(args: argparse.Namespace) -> int:

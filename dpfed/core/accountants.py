@@ -30,6 +30,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpfed.core.composition import flatten, from_counts
+from dpfed.core.ddgauss_pld import PMF_RELATIVE_ERROR, ddgauss_pld
 from dpfed.core.errors import DpfedError
 from dpfed.core.event_json import event_from_json, event_to_json
 from dpfed.core.events import (
@@ -254,8 +255,30 @@ def parallel_epsilon(events_per_partition: Sequence[DpEvent], delta: float, **kw
     return max(epsilon(e, delta, **kw) for e in events_per_partition)
 
 
+#: Shares of delta (or epsilon) given to the RDP part when a PLD and an RDP part are combined.
+_SPLITS = (0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98)
+
 #: dp-accounting nests this class in PrivacyAccountant (there is no module-level name).
 _CompositionError = privacy_accountant.PrivacyAccountant.CompositionErrorDetails
+
+
+def _ddgauss_parts(event: Any, rel: privacy_accountant.NeighboringRelation) -> tuple[Any, float, Any] | None:
+    """(inner event, sampling rate, composition error or None) of a distributed discrete Gaussian event, alone
+    or Poisson-subsampled (add/remove only); None for any other event."""
+    inner, q = event, 1.0
+    if (isinstance(event, dp_accounting.PoissonSampledDpEvent)
+            and isinstance(event.event, DistributedDiscreteGaussianDpEvent)):
+        inner, q = event.event, float(event.sampling_probability)
+        if rel is not privacy_accountant.NeighboringRelation.ADD_OR_REMOVE_ONE:
+            return inner, q, _CompositionError(invalid_event=event, error_message="a Poisson-subsampled "
+                                               "DistributedDiscreteGaussianDpEvent is accounted under add/remove only")
+        if not 0 <= q <= 1:
+            return inner, q, _CompositionError(invalid_event=event,
+                                               error_message="sampling_probability must be in [0, 1]")
+    if not isinstance(inner, DistributedDiscreteGaussianDpEvent):
+        return None
+    bad = event_invalid(inner)
+    return inner, q, (_CompositionError(invalid_event=event, error_message=bad) if bad else None)
 
 
 class _RDPAccountant(rdp_privacy_accountant.RdpAccountant):
@@ -265,21 +288,11 @@ class _RDPAccountant(rdp_privacy_accountant.RdpAccountant):
     :func:`dpfed.core.events.event_rdp` (KLS21 Prop. 14; subsampling by the binomial expansion)."""
 
     def _maybe_compose(self, event: Any, count: int, do_compose: bool) -> Any:
-        inner, q = event, 1.0
-        if (isinstance(event, dp_accounting.PoissonSampledDpEvent)
-                and isinstance(event.event, DistributedDiscreteGaussianDpEvent)):
-            inner, q = event.event, float(event.sampling_probability)
-            if self._neighboring_relation is not privacy_accountant.NeighboringRelation.ADD_OR_REMOVE_ONE:
-                return _CompositionError(
-                    invalid_event=event, error_message="a Poisson-subsampled "
-                    "DistributedDiscreteGaussianDpEvent is accounted under add/remove only")
-            if not 0 <= q <= 1:
-                return _CompositionError(
-                    invalid_event=event, error_message="sampling_probability must be in [0, 1]")
-        if isinstance(inner, DistributedDiscreteGaussianDpEvent):
-            bad = event_invalid(inner)
-            if bad:
-                return _CompositionError(invalid_event=event, error_message=bad)
+        parts = _ddgauss_parts(event, self._neighboring_relation)
+        if parts is not None:
+            inner, q, bad = parts
+            if bad is not None:
+                return bad
             if do_compose and count > 0:
                 self._rdp += count * event_rdp(inner, self._orders, q)
             return None
@@ -293,19 +306,93 @@ class _RDPAccountant(rdp_privacy_accountant.RdpAccountant):
 
 
 class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
-    """dp-accounting's PLD accountant that also composes :class:`EpsilonDeltaBoundDpEvent` and
-    :class:`ScalarDiscreteGaussianDpEvent`. It refuses :class:`DistributedDiscreteGaussianDpEvent`
-    (its only bound is an RDP curve): account distributed noise with ``accountant="rdp"``."""
+    """dp-accounting's PLD accountant that also composes :class:`EpsilonDeltaBoundDpEvent`,
+    :class:`ScalarDiscreteGaussianDpEvent` and :class:`DistributedDiscreteGaussianDpEvent` (alone or
+    Poisson-subsampled, add/remove).
+
+    The distributed discrete Gaussian goes through its exact PLD, built from the probability mass functions
+    of the summed shares (:mod:`dpfed.core.ddgauss_pld`), where the worst-case pair is known exactly; the
+    other ones (shifts of several coordinates by more than one, "party" rounding) by their RDP curve (KLS21,
+    :func:`dpfed.core.events.event_rdp`) in a side RDP accountant. Answers then combine the two parts by basic
+    composition, (eps1, delta1) and (eps2, delta2) giving (eps1 + eps2, delta1 + delta2), at the best of a
+    few splits, and never exceed the all-RDP answer when RDP covers every composed release (both are upper
+    bounds; the smaller is reported), so a plan calibrated by RDP is charged no more than its target."""
 
     _pld: Any  # set by PLDAccountant.__init__ (dp-accounting ships no type information)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        rel = self._neighboring_relation
+        self._rdp_part = _RDPAccountant(neighboring_relation=rel)  # DDGauss releases without an exact PLD
+        self._rdp_part_used = False
+        self._rdp_all: _RDPAccountant | None = _RDPAccountant(neighboring_relation=rel)  # every release, if it can
+        self._pmf_pairs = 0  # computed pmf pairs composed (each within ddgauss_pld.PMF_RELATIVE_ERROR)
+
+    def compose(self, event: Any, count: int = 1) -> Any:
+        super().compose(event, count)
+        if self._rdp_all is not None:
+            if self._rdp_all.supports(event):
+                self._rdp_all.compose(event, count)
+            else:
+                self._rdp_all = None
+        return self
+
+    def _compose_ddgauss(self, event: Any, count: int, do_compose: bool) -> Any:
+        parts = _ddgauss_parts(event, self._neighboring_relation)
+        assert parts is not None  # called for distributed discrete Gaussian events only
+        inner, q, bad = parts
+        if bad is not None:
+            return bad
+        if not do_compose or count <= 0 or q == 0:
+            return None
+        built = ddgauss_pld(inner, q, self._value_discretization_interval)
+        if built is None:
+            self._rdp_part.compose(event, count)
+            self._rdp_part_used = True
+        else:
+            pld, pairs = built
+            self._pld = self._pld.compose(pld.self_compose(count) if count > 1 else pld)
+            self._pmf_pairs += pairs * count
+        return None
+
+    def _pld_epsilon(self, target_delta: float) -> float:
+        k = self._pmf_pairs  # ddgauss_pld docstring: delta <= (1+eta)^k delta_pld(eps - k log((1+eta)/(1-eta)))
+        if k == 0:
+            return float(super().get_epsilon(target_delta))
+        grow = k * math.log1p(PMF_RELATIVE_ERROR)
+        shift = k * (math.log1p(PMF_RELATIVE_ERROR) - math.log1p(-PMF_RELATIVE_ERROR))
+        return float(super().get_epsilon(target_delta * math.exp(-grow))) + shift
+
+    def _pld_delta(self, target_epsilon: float) -> float:
+        k = self._pmf_pairs
+        if k == 0:
+            return float(super().get_delta(target_epsilon))
+        shift = k * (math.log1p(PMF_RELATIVE_ERROR) - math.log1p(-PMF_RELATIVE_ERROR))
+        if target_epsilon < shift:
+            return 1.0
+        return min(1.0, float(super().get_delta(target_epsilon - shift)) * math.exp(k * math.log1p(PMF_RELATIVE_ERROR)))
+
+    def get_epsilon(self, target_delta: float) -> float:
+        best = self._pld_epsilon(target_delta) if not self._rdp_part_used else min(
+            (self._pld_epsilon(target_delta * (1.0 - f)) + float(self._rdp_part.get_epsilon(target_delta * f))
+             for f in _SPLITS), default=math.inf)
+        if self._rdp_all is not None and (self._rdp_part_used or self._pmf_pairs):
+            best = min(best, float(self._rdp_all.get_epsilon(target_delta)))
+        return best
+
+    def get_delta(self, target_epsilon: float) -> float:
+        best = self._pld_delta(target_epsilon) if not self._rdp_part_used else min(
+            (self._pld_delta(target_epsilon * (1.0 - f)) + float(self._rdp_part.get_delta(target_epsilon * f))
+             for f in _SPLITS), default=1.0)
+        if self._rdp_all is not None and (self._rdp_part_used or self._pmf_pairs):
+            best = min(best, float(self._rdp_all.get_delta(target_epsilon)))
+        return min(best, 1.0)
 
     def _maybe_compose(self, event: Any, count: int, do_compose: bool) -> Any:
         if isinstance(event, DistributedDiscreteGaussianDpEvent) or (
                 isinstance(event, dp_accounting.PoissonSampledDpEvent)
                 and isinstance(event.event, DistributedDiscreteGaussianDpEvent)):
-            return _CompositionError(
-                invalid_event=event, error_message="DistributedDiscreteGaussianDpEvent has an RDP "
-                "bound only (KLS21): use accountant='rdp' (a ledger created with accountant='rdp')")
+            return self._compose_ddgauss(event, count, do_compose)
         if isinstance(event, EpsilonDeltaBoundDpEvent):
             if not (event.epsilon >= 0 and math.isfinite(event.epsilon) and 0 <= event.delta <= 1):
                 return _CompositionError(

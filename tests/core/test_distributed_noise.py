@@ -594,8 +594,10 @@ def test_accounting_composes_serialises_and_charges_the_event():
     # composition with another release adds RDP curves
     both = accounting.compose([ev, accounting.ScalarDiscreteGaussianDpEvent(30.0, 1)])
     assert accounting.epsilon(both, 1e-5, accountant="rdp") > eps
-    with pytest.raises(accounting.AccountingError, match="rdp"):
-        accounting.epsilon(ev, 1e-5, accountant="pld")
+    # the PLD accountant takes it too (issue 29: exact PLD where known, else this RDP curve), never above RDP
+    assert 0 < accounting.epsilon(ev, 1e-5, accountant="pld") <= eps * (1 + 1e-12)
+    with pytest.raises(accounting.AccountingError, match="add/remove"):
+        accounting.epsilon(ev, 1e-5, accountant="pld", neighbouring="replace_one")
     with pytest.raises(accounting.AccountingError, match="add/remove"):
         accounting.epsilon(ev, 1e-5, accountant="rdp", neighbouring="replace_one")
     with BudgetLedger(":memory:", epsilon_limit=1.2, delta_limit=1e-5, accountant="rdp") as ledger:
