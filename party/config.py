@@ -71,7 +71,7 @@ from dpfed.federation.config import ConfigError, read_toml, tls_from
 from dpfed.federation.tls import TlsFiles
 from protos.codec import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_ARRAY_BYTES, DEFAULT_MAX_MESSAGE_BYTES
 
-__all__ = ["PartyConfig", "ConfigError"]
+__all__ = ["PartyConfig", "ConfigError", "set_accountant"]
 
 _KEYS = {"name", "coordinator", "data", "ledger", "epsilon_limit", "delta_limit", "accountant", "insecure",
          "reconnect_seconds", "max_message_bytes", "chunk_bytes", "plugins", "seed", "tls", "schema",
@@ -188,6 +188,27 @@ def _int(value: object, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{key} must be a whole number, got {value!r}")
     return value
+
+
+def set_accountant(path: str | os.PathLike, accountant: str) -> None:
+    """Set the top-level ``accountant`` key of a party.toml in place (after ``dpfed party ledger migrate``),
+    keeping every other line and comment; written to a temporary file and renamed (atomic)."""
+    p = Path(path)
+    lines = p.read_text().splitlines(keepends=True)
+    new = f"accountant = {_toml_value(accountant)}\n"
+    for i, line in enumerate(lines):
+        stripped = line.lstrip()
+        if stripped.startswith("["):  # the top-level keys end at the first table
+            lines.insert(i, new)
+            break
+        if stripped.split("=", 1)[0].strip() == "accountant" and "=" in stripped:
+            lines[i] = new
+            break
+    else:
+        lines.append(new)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text("".join(lines))
+    os.replace(tmp, p)
 
 
 def write_config(path: str | os.PathLike, values: dict) -> None:

@@ -7,6 +7,9 @@ Actions (the optional first word; each a function in ``ACTIONS``):
   self-contained HTML page with the cumulative epsilon over time (``--html FILE``); see
   :mod:`party.ledger_report`. It reads the ledger and changes nothing in it except creating tables a newer
   dpfed keeps (empty) in an older ledger file.
+- ``migrate --accountant pld|rdp``: move the ledger to another accountant keeping every recorded charge, never
+  lowering the recorded spend (:mod:`dpfed.core.ledger_migration`; one SQLite transaction, so a crash leaves
+  the old ledger intact), then set ``accountant`` in ``party.toml`` to match. Stop the party first.
 """
 from __future__ import annotations
 
@@ -43,7 +46,29 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-ACTIONS: dict[str, Callable[[argparse.Namespace], int]] = {"show": _show}
+def _migrate(args: argparse.Namespace) -> int:
+    from dpfed.core.ledger_migration import migrate_ledger
+    from party.config import PartyConfig, set_accountant
+
+    if args.accountant is None:
+        print("dpfed party ledger migrate: error: --accountant pld|rdp is required", file=sys.stderr)
+        return 2
+    cfg = PartyConfig.load(args.config)
+    done = migrate_ledger(cfg.ledger, args.accountant, epsilon_limit=cfg.epsilon_limit, delta_limit=cfg.delta_limit)
+    if cfg.accountant != args.accountant:
+        set_accountant(args.config, args.accountant)
+    if args.json:
+        print(json.dumps({**done, "ledger": str(cfg.ledger), "config": str(args.config)}, indent=1))
+    elif done["changed"]:
+        print(f"ledger {cfg.ledger} moved from {done['from']} to {done['to']}: {done['charges']} charges kept, "
+              f"spent {done['spent_after']:.6g} (was {done['spent_before']:.6g}); {args.config} now says "
+              f"accountant = \"{done['to']}\"")
+    else:
+        print(f"ledger {cfg.ledger} already uses {done['to']}: nothing to do")
+    return 0
+
+
+ACTIONS: dict[str, Callable[[argparse.Namespace], int]] = {"show": _show, "migrate": _migrate}
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -54,7 +79,8 @@ def add_ledger_command(party_sub: argparse._SubParsersAction) -> None:
     """Add ``ledger`` under ``dpfed party``."""
     p = party_sub.add_parser("ledger", help="this party's privacy ledger: what was released, to whom, at what cost")
     p.add_argument("ledger_action", nargs="?", default="show", choices=sorted(ACTIONS), metavar="ACTION",
-                   help="show (default): print the ledger")
+                   help="show (default): print the ledger; migrate: move it to --accountant, keeping every charge")
+    p.add_argument("--accountant", choices=("pld", "rdp"), default=None, help="migrate: the new accountant")
     p.add_argument("--config", required=True, help="party.toml")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="one JSON object")

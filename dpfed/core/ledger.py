@@ -125,6 +125,7 @@ class BudgetLedger:
         self._job_counts: dict[str, Counter[Any]] = {}
         self._job_charges: Counter[Any] = Counter()
         self._seen_seq = 0
+        self.spend_floor = 0.0
         try:
             self._setup()
         except Exception:
@@ -171,6 +172,10 @@ class BudgetLedger:
                 except ValueError:
                     raise LedgerError(f"ledger {self.path!r} records an unreadable PLD grid") from None
                 want["pld_discretization"] = repr(self.pld_discretization)
+            try:  # set by a migration to another accountant (dpfed.core.ledger_migration); absent otherwise
+                self.spend_floor = float(have.get("spend_floor", "0.0"))
+            except ValueError:
+                raise LedgerError(f"ledger {self.path!r} records an unreadable spend floor") from None
             for key, value in want.items():
                 if key not in have:
                     c.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (key, value))
@@ -212,8 +217,13 @@ class BudgetLedger:
             return  # the exact PLD is small: it decides, and the refusal names the exact total
         low = accounting.exceeds(total, self.delta_limit, self.epsilon_limit, neighbouring=self.neighbouring)
         if low is not None:
-            raise BudgetExceededError((self.epsilon_limit, self.delta_limit), self._epsilon(self._counts), low, job,
+            raise BudgetExceededError((self.epsilon_limit, self.delta_limit), self._total(self._counts), low, job,
                                       at_least=True)
+
+    def _total(self, counts: Counter[Any]) -> float:
+        """The owner's total: the accountant's epsilon of ``counts``, never below the spend recorded when the
+        ledger moved to this accountant (``spend_floor``, :mod:`dpfed.core.ledger_migration`)."""
+        return max(self._epsilon(counts), self.spend_floor)
 
     def _epsilon(self, counts: Counter[Any]) -> float:
         if not counts:
@@ -260,13 +270,13 @@ class BudgetLedger:
                                 f"charge_id {cid!r} was already used for a different job or event")
                         self._refresh(c)
                         c.execute("COMMIT")
-                        return self._epsilon(self._counts)
+                        return self._total(self._counts)
                 self._refresh(c)
                 self._refuse_early(self._counts + new, job)
-                after = self._epsilon(self._counts + new)
+                after = self._total(self._counts + new)
                 if not after <= self.epsilon_limit:
                     raise BudgetExceededError((self.epsilon_limit, self.delta_limit),
-                                              self._epsilon(self._counts), after, job)
+                                              self._total(self._counts), after, job)
                 cur = c.execute(
                     "INSERT INTO charges (charge_id, job, event, epsilon_after, epsilon_limit,"
                     " delta_limit, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -379,14 +389,14 @@ class BudgetLedger:
                 self._refuse_early(self._counts + new, None)
             except BudgetExceededError:
                 return True
-            return not self._epsilon(self._counts + new) <= self.epsilon_limit
+            return not self._total(self._counts + new) <= self.epsilon_limit
 
     def spent(self, job: str | None = None) -> float:
         """Epsilon spent (at ``delta_limit``) by ``job``, or by all jobs together."""
         with self._lock:
             self._refresh(self._db())
             if job is None:
-                return self._epsilon(self._counts)
+                return self._total(self._counts)
             return self._epsilon(self._job_counts.get(job, Counter()))
 
     def remaining(self) -> float:
@@ -402,7 +412,7 @@ class BudgetLedger:
                     for job in sorted(self._job_counts)}
             return {
                 "limit": {"epsilon": self.epsilon_limit, "delta": self.delta_limit},
-                "total": {"epsilon": self._epsilon(self._counts), "delta": self.delta_limit,
+                "total": {"epsilon": self._total(self._counts), "delta": self.delta_limit,
                           "charges": int(sum(self._job_charges.values()))},
                 "jobs": jobs,
                 "accountant": self.accountant,
@@ -425,6 +435,12 @@ class BudgetLedger:
         return {"charges": [dict(zip(keys, row, strict=True)) for row in charges],
                 "answers": [dict(zip(("job", "round", "task_digest", "answer_digest", "created_at"), row, strict=True))
                             for row in answers]}
+
+    def releases(self) -> tuple[Counter[Any], int]:
+        """(every committed release as a multiset of event JSON -> count, the last charge's sequence number)."""
+        with self._lock:
+            self._refresh(self._db())
+            return Counter(self._counts), self._seen_seq
 
     def charge_ids(self, job: str | None = None) -> list[str]:
         """Charge ids recorded (in commit order), for one job or all."""
