@@ -1,5 +1,5 @@
 """Layer 3, algorithms: the party/coordinator contract, the registry, one module per algorithm, and
-the scikit-learn-style estimators (``DPNaiveBayes``, ``DPGLVQ``, ``DPGMLVQ``, ``DPKMeans``).
+the scikit-learn-style estimators (``DPNaiveBayes``, ``DPGLVQ``, ``DPGMLVQ``, ``DPKMeans``, ``DPPCA``).
 
 Imports only :mod:`dpfed.core` and :mod:`dpfed.data`; neither grpc nor ray.
 """
@@ -10,9 +10,9 @@ from typing import Any
 from dpfed.algorithms.registry import add_algorithm_arguments, algorithm_names, get_algorithm
 
 __all__ = ["get_algorithm", "algorithm_names", "add_algorithm_arguments",
-           "DPNaiveBayes", "DPGLVQ", "DPGMLVQ", "DPKMeans"]
+           "DPNaiveBayes", "DPGLVQ", "DPGMLVQ", "DPKMeans", "DPPCA"]
 
-_ESTIMATORS = {"DPNaiveBayes": "naive_bayes", "DPGLVQ": "lvq", "DPGMLVQ": "lvq", "DPKMeans": "kmeans"}
+_ESTIMATORS = {"DPNaiveBayes": "naive_bayes", "DPGLVQ": "lvq", "DPGMLVQ": "lvq", "DPKMeans": "kmeans", "DPPCA": "pca"}
 
 
 def __getattr__(name: str) -> Any:  # estimators load their module only when asked for

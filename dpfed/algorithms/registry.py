@@ -18,6 +18,7 @@ _MODULES = {
     "gmlvq": "dpfed.algorithms.lvq",
     "kmeans": "dpfed.algorithms.kmeans",
     "statistics": "dpfed.algorithms.statistics",
+    "pca": "dpfed.algorithms.pca",
 }
 
 

@@ -220,6 +220,29 @@ def test_statistics_outlier_moves_the_release_by_at_most_its_sensitivity(mechani
     assert np.abs(diff).sum() <= plan.l1 and np.linalg.norm(diff) <= plan.l2
 
 
+# ------------------------------------------------------------------------------------------ PCA
+
+@pytest.mark.parametrize("far", [FAR, math.inf, -math.inf])
+def test_pca_outlier_moves_each_round_by_at_most_its_sensitivity(far):
+    """Round 0 (sum of grid vectors and weighted count): L2 sqrt(K^2 + K^2); round 1 (upper triangle of the
+    augmented outer products): sqrt(K^4 + a^2 K^2 + a^4), K = 1024, a = round(rho K), derived here."""
+    from dpfed.algorithms import pca
+
+    schema = Schema.numeric_box(4, 0.0, 1.0)
+    spec = JobSpec("pca", "pca", {"epsilon": 1.0, "delta": 1e-6, "k": 2, "clip": 0.5, "mean_weight": 0.5}, schema)
+    X = np.random.default_rng(0).uniform(size=(50, 4))
+    K, a = 1024.0, 512.0
+    bounds = (math.sqrt(2) * K, math.sqrt(K ** 4 + a * a * K * K + a ** 4))
+    for r, task in enumerate([Task("pca", 0, "pca-mean"), Task("pca", 1, "pca-covariance",
+                                                                arrays={"center": np.full(4, 0.5)})]):
+        def release(X, task=task, r=r):
+            out = _arrays(pca.PCAParty().answer(spec, task, X, None, SecureRNG.from_seed("pca")))
+            return out[("mean", "cov")[r]].astype(np.float64)
+
+        diff = release(np.vstack([X, np.full(4, far)])) - release(X)
+        assert np.linalg.norm(diff) <= bounds[r]
+
+
 # ------------------------------------------------------------------------------------------ every secure path
 
 #: The local path of every learner of the registry has its own test above (a new learner must add one).
@@ -227,7 +250,8 @@ LOCAL_TESTS = {"naive-bayes": test_naive_bayes_outlier_moves_the_release_by_at_m
                "glvq": test_lvq_step_outlier_moves_the_noisy_gradient_by_at_most_the_clip,
                "gmlvq": test_lvq_step_outlier_moves_the_noisy_gradient_by_at_most_the_clip,
                "kmeans": test_kmeans_dp_lloyd_outlier_moves_sums_by_at_most_the_radius_and_counts_by_one,
-               "statistics": test_statistics_outlier_moves_the_release_by_at_most_its_sensitivity}
+               "statistics": test_statistics_outlier_moves_the_release_by_at_most_its_sensitivity,
+               "pca": test_pca_outlier_moves_each_round_by_at_most_its_sensitivity}
 SECURE_PATHS = sorted(n for n, mode in release_paths() if mode == "secure")
 
 

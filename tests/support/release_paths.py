@@ -40,6 +40,7 @@ _JOBS: dict[str, tuple[Schema, bool, list[dict[str, Any]]]] = {
     "statistics": (_NB, True, [{"epsilon": 1.0, "delta": 1e-6, "group_by": "class",
                                 "queries": ["count", "var:u", "median:v:bins=16", "histogram:a", "mean:v"]},
                                {"epsilon": 1.0, "delta": 1e-6, "queries": ["table:a:a", "sum:u"]}]),
+    "pca": (_BOX3, False, [{"epsilon": 1.0, "delta": 1e-6, "k": 2, "clip": 0.8}]),
 }
 
 

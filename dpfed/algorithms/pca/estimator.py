@@ -1,0 +1,98 @@
+"""The scikit-learn-style DP PCA estimator (:class:`DPPCA`): both halves on one party (the same code as a
+federated ``pca`` job), ``fit`` / ``transform`` / ``fit_transform`` / ``inverse_transform``."""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from dpfed.algorithms.contract import JobSpec
+from dpfed.algorithms.driver import run_local
+from dpfed.algorithms.estimator import EstimatorParams
+from dpfed.algorithms.pca.algorithm import ALGORITHMS
+from dpfed.algorithms.pca.model import project
+from dpfed.algorithms.pca.plan import DEFAULT_MEAN_SHARE, DEFAULT_MEAN_WEIGHT
+from dpfed.core.rng import SecureRNG
+from dpfed.data.schema import DataDerivedBoundsWarning, DataValidationError, Schema
+
+__all__ = ["DPPCA"]
+
+
+class DPPCA(EstimatorParams):
+    """Differentially private PCA ("Analyze Gauss" with a noisy mean from the same release; see
+    :mod:`dpfed.algorithms.pca.plan`) with scikit-learn's attribute names: ``components_`` (k x d rows),
+    ``explained_variance_``, ``explained_variance_ratio_`` (of the noisy total variance), ``mean_``,
+    ``n_components_``, ``n_features_in_``, and ``privacy_event_``.
+
+    ``schema`` (all numeric) or ``bounds`` = (lower, upper) (scalars or one per column) are the public
+    bounds; without either, ``fit`` takes them from the data and warns (:class:`DataDerivedBoundsWarning`):
+    that is NOT private. ``clip`` bounds a record's norm around ``origin`` in units of the largest feature
+    range (``mean_clip`` around ``origin`` for the noisy mean). ``random_state`` (int) makes the noise reproducible (simulation only; it warns), None is secure.
+    """
+
+    def __init__(self, n_components: int = 2, epsilon: float = 1.0, delta: float = 1e-6,
+                 schema: Schema | None = None, bounds: tuple[Any, Any] | None = None, clip: float | None = None,
+                 mean_clip: float | None = None, origin: str = "midpoint", mean_weight: float = DEFAULT_MEAN_WEIGHT,
+                 mean_share: float = DEFAULT_MEAN_SHARE, random_state: int | None = None) -> None:
+        self.n_components, self.epsilon, self.delta = n_components, epsilon, delta
+        self.schema, self.bounds, self.clip, self.mean_clip, self.origin = schema, bounds, clip, mean_clip, origin
+        self.mean_weight, self.mean_share, self.random_state = mean_weight, mean_share, random_state
+
+    def _schema_for(self, X: np.ndarray) -> Schema:
+        if self.schema is not None:
+            return self.schema
+        Xf = np.asarray(X, dtype=np.float64)
+        if Xf.ndim != 2 or not np.isfinite(Xf).all():
+            raise DataValidationError("records must be a finite 2-d array")
+        if self.bounds is not None:
+            return Schema.numeric_box(Xf.shape[1], self.bounds[0], self.bounds[1])
+        warnings.warn("DPPCA without a schema or bounds: bounds are taken from the data, which is NOT "
+                      "differentially private; pass public bounds", DataDerivedBoundsWarning, stacklevel=3)
+        lo, hi = Xf.min(axis=0), Xf.max(axis=0)
+        return Schema.numeric_box(Xf.shape[1], lo, np.where(hi > lo, hi, lo + 1.0))
+
+    def fit(self, X: np.ndarray, y: Any = None) -> "DPPCA":
+        schema = self._schema_for(X)
+        params: dict[str, Any] = {"epsilon": float(self.epsilon), "delta": float(self.delta),
+                                  "k": int(self.n_components), "origin": self.origin,
+                                  "mean_weight": float(self.mean_weight), "mean_share": float(self.mean_share)}
+        for key in ("clip", "mean_clip"):
+            if getattr(self, key) is not None:
+                params[key] = float(getattr(self, key))
+        algo = ALGORITHMS["pca"]
+        from dpfed.algorithms.params import validate
+
+        spec = JobSpec("estimator", "pca", validate(algo, params, schema), schema)
+        Xv = schema.validate(X, clip_numeric=True)
+        rng = SecureRNG() if self.random_state is None else SecureRNG.from_seed(int(self.random_state))
+        run = run_local(algo, spec, Xv, None, rng)
+        model = run.coordinator.model()
+        self.model_, self.schema_ = model, schema
+        self.components_ = model["components"]
+        self.explained_variance_ = model["explained_variance"]
+        self.explained_variance_ratio_ = model["explained_variance_ratio"]
+        self.mean_ = model["mean"]
+        self.n_components_ = int(self.n_components)
+        self.n_features_in_ = schema.n_features
+        self.privacy_event_ = run.event
+        return self
+
+    def _check(self) -> None:
+        if not hasattr(self, "model_"):
+            raise RuntimeError("this DPPCA is not fitted yet; call fit first")
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        """(X - mean_) @ components_.T (post-processing: no privacy cost)."""
+        self._check()
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise DataValidationError(f"expected a 2-d array with {self.n_features_in_} columns")
+        return project(self.model_, X)
+
+    def fit_transform(self, X: np.ndarray, y: Any = None) -> np.ndarray:
+        return self.fit(X, y).transform(X)
+
+    def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
+        self._check()
+        return np.asarray(Z, dtype=np.float64) @ self.components_ + self.mean_
