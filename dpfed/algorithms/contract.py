@@ -284,6 +284,9 @@ class Algorithm:
     params_from_args: Callable[[argparse.Namespace], dict[str, Any]] | None = None
     default_delta: float = 1e-6
     needs_labels: bool = True
+    #: What the labels are (when ``needs_labels``): "classes" (a classifier), "numeric" (a regression target
+    #: with public bounds in the schema) or "any"; a schema of the other kind is refused in one line.
+    label_kind: str = "classes"
     #: How answers merge before ``absorb`` (associative: it may run in a tree or under secure aggregation).
     combine: Callable[[Task, Sequence[Aggregate]], Aggregate] = sum_combine
     #: The job parameters' table (:func:`dpfed.algorithms.params.table_for`); None: the ``PARAMS`` of the

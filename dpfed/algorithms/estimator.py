@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["EstimatorParams", "ClassifierScore"]
+__all__ = ["EstimatorParams", "ClassifierScore", "RegressorScore"]
 
 
 class EstimatorParams:
@@ -53,3 +53,14 @@ class ClassifierScore:
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         correct = (self.predict(X) == np.asarray(y)).astype(np.float64)
         return float(np.average(correct, weights=sample_weight))
+
+
+class RegressorScore:
+    """``score(X, y)``: the coefficient of determination R^2 of ``predict(X)``, as scikit-learn regressors define it."""
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        y = np.asarray(y, dtype=np.float64)
+        w = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        res = float(np.sum(w * (y - np.asarray(self.predict(X))) ** 2))
+        tot = float(np.sum(w * (y - np.average(y, weights=w)) ** 2))
+        return 1.0 - res / tot

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from dpfed.core.errors import TaskRejected
 
-__all__ = ["Param", "ParamTable", "validate", "table_for", "arg_type", "EPSILON", "delta_param", "noise_param",
+__all__ = ["Param", "ParamTable", "validate", "check_label_kind", "table_for", "arg_type", "EPSILON", "delta_param", "noise_param",
            "EPSILON_MIN", "EPSILON_MAX", "MEMORY_CAP_BYTES", "AlgorithmEntry"]
 
 #: Smallest and largest accepted job epsilon: below 1e-3 nothing useful is learnt and the accountants'
@@ -231,8 +231,25 @@ def table_for(algorithm: AlgorithmEntry) -> ParamTable:
 def validate(algorithm: AlgorithmEntry, params: Mapping[str, Any], schema: Any = None) -> dict[str, Any]:
     """``params`` checked against ``algorithm``'s table (an ``Algorithm`` entry): see
     :meth:`ParamTable.validate`. Raises :class:`TaskRejected` with one line naming the parameter and
-    its range."""
+    its range. With ``schema``, also the label kind: a classifier refuses a regression target and a regression
+    learner a schema without one (:func:`check_label_kind`)."""
+    if schema is not None:
+        check_label_kind(algorithm, schema)
     return table_for(algorithm).validate(params, schema, algorithm.name)
+
+
+def check_label_kind(algorithm: AlgorithmEntry, schema: Any) -> None:
+    """One line when the schema's label (``schema.task``) is not what the learner fits: a classifier
+    (``label_kind`` "classes") on a numeric regression target, or a regressor ("numeric") on class labels."""
+    kind, task = getattr(algorithm, "label_kind", "classes"), getattr(schema, "task", "classification")
+    if not getattr(algorithm, "needs_labels", True) or kind == "any":
+        return
+    if kind == "classes" and task == "regression":
+        raise TaskRejected(f"{algorithm.name} is a classifier, but the schema's label {schema.label!r} is a numeric "
+                           "regression target; give a schema with label classes (n_classes) or use linear-regression")
+    if kind == "numeric" and task != "regression":
+        raise TaskRejected(f"{algorithm.name} fits a numeric target, but the schema has {schema.n_classes} label "
+                           "classes and no regression target; declare \"target\": {\"name\", \"lower\", \"upper\"}")
 
 
 def arg_type(table: ParamTable, name: str) -> Callable[[str], Any]:

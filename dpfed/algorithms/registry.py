@@ -19,6 +19,7 @@ _MODULES = {
     "kmeans": "dpfed.algorithms.kmeans",
     "statistics": "dpfed.algorithms.statistics",
     "pca": "dpfed.algorithms.pca",
+    "linear-regression": "dpfed.algorithms.linear_regression",
 }
 
 

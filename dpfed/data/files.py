@@ -119,7 +119,7 @@ def _load_csv(path: Path, schema: Schema, max_bytes: int, max_rows: int
     if not rows:
         raise DataValidationError(f"{path}: empty CSV file (a header row with column names is required)")
     header = [h.strip() for h in rows[0]]
-    labelled = bool(schema.n_classes) and schema.label in header  # without it: unlabelled records
+    labelled = schema.labelled and schema.label in header  # without it: unlabelled records
     want = schema.names + ([schema.label] if labelled else [])
     dup = sorted({h for h in header if header.count(h) > 1})
     missing = [c for c in want if c not in header]
@@ -208,7 +208,8 @@ def _load_npz(path: Path, schema: Schema, max_bytes: int, max_rows: int) -> tupl
 
 def load_table(path: str | os.PathLike, schema: Schema, *, max_bytes: int = DEFAULT_MAX_BYTES,
                max_rows: int = DEFAULT_MAX_ROWS) -> tuple[np.ndarray, np.ndarray | None]:
-    """Read records and labels (labels only when ``schema.n_classes`` > 0); not yet validated."""
+    """Read records and labels (labels only when the schema has classes or a regression target); not yet
+    validated."""
     p = Path(path)
     if not p.is_file():
         raise DataValidationError(f"data file not found: {p}")
@@ -218,15 +219,16 @@ def load_table(path: str | os.PathLike, schema: Schema, *, max_bytes: int = DEFA
         X, y = _load_npz(p, schema, max_bytes, max_rows)
     else:
         raise DataValidationError(f"{p}: unsupported data file type (use .csv or .npz)")
-    return X, (y if schema.n_classes else None)
+    return X, (y if schema.labelled else None)
 
 
 def load_and_validate(path: str | os.PathLike, schema: Schema, *, max_bytes: int = DEFAULT_MAX_BYTES,
                       max_rows: int = DEFAULT_MAX_ROWS) -> tuple[np.ndarray, np.ndarray | None]:
-    """:func:`load_table` then :meth:`Schema.validate`: float64 records and int64 labels."""
+    """:func:`load_table` then :meth:`Schema.validate`: float64 records and int64 class labels (float64
+    regression targets, :meth:`Schema.labels`)."""
     X, y = load_table(path, schema, max_bytes=max_bytes, max_rows=max_rows)
     try:
         Xv = schema.validate(X, y)
     except DataValidationError as exc:
         raise DataValidationError(f"{path}: {exc}") from None
-    return Xv, (None if y is None else np.asarray(y).astype(np.int64))
+    return Xv, (None if y is None else schema.labels(y))

@@ -96,7 +96,7 @@ def make_parties(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np.ndarra
     for name, (X, y), ledger in zip(names, party_data, ledgers, strict=True):
         Xv = spec.schema.validate(X, y)
         secagg = SecAggParty(*creds[name], ca, dropout=dropout) if name in creds else None
-        out.append(PartyContext(name, Xv, None if y is None else np.asarray(y, dtype=np.int64), spec.schema, ledger,
+        out.append(PartyContext(name, Xv, None if y is None else spec.schema.labels(y), spec.schema, ledger,
                                 plugins=tuple(plugins), secure_aggregation=True, seed=seed, secagg=secagg))
     return out
 

@@ -18,9 +18,11 @@ from dpfed.algorithms import add_algorithm_arguments, algorithm_names, get_algor
 from dpfed.algorithms.contract import Aggregate, JobSpec, Released, Task
 from dpfed.algorithms.driver import drive
 from dpfed.core.rng import SecureRNG
-from dpfed.data.schema import Schema
+from dpfed.data.schema import Feature, Schema
 
 SCHEMA = Schema.numeric_box(3, 0.0, 1.0, n_classes=2)
+#: learners of a numeric target: the same box with a regression target (the labels 0/1 as its values)
+REGRESSION = Schema(SCHEMA.features, target=Feature("t", "numeric", lower=0.0, upper=1.0))
 PARTIES = ("p0", "p1")
 SMALL = {"glvq": ["--epochs", "1", "--sampling-rate", "0.1"], "gmlvq": ["--epochs", "1", "--sampling-rate", "0.1"],
          "kmeans": ["--k", "2"]}
@@ -37,7 +39,7 @@ def _spec(name: str) -> JobSpec:
     args = ap.parse_args(SMALL.get(name, []))
     args.epsilon, args.delta, args.parties = 2.0, 1e-5, len(PARTIES)
     params = {"epsilon": 2.0, "delta": 1e-5, **(algo.params_from_args(args) if algo.params_from_args else {})}
-    return JobSpec(f"job-{name}", name, params, SCHEMA)
+    return JobSpec(f"job-{name}", name, params, REGRESSION if algo.label_kind == "numeric" else SCHEMA)
 
 
 def _data(i: int) -> tuple[np.ndarray, np.ndarray]:

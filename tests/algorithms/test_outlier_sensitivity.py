@@ -243,6 +243,43 @@ def test_pca_outlier_moves_each_round_by_at_most_its_sensitivity(far):
         assert np.linalg.norm(diff) <= bounds[r]
 
 
+# ------------------------------------------------------------------------------------------ linear regression
+
+LR_SCHEMA = Schema((Feature("a", "categorical", categories=3), Feature("u", "numeric", lower=0.0, upper=10.0),
+                    Feature("v", "numeric", lower=-5.0, upper=5.0)),
+                   target=Feature("t", "numeric", lower=-2.0, upper=2.0))
+
+
+@pytest.mark.parametrize("method", ["adassp", "functional"])
+@pytest.mark.parametrize("far", [FAR, -FAR, math.inf, -math.inf])
+def test_linear_regression_outlier_moves_the_release_by_at_most_its_sensitivity(method, far):
+    """D against D + {a record with every numeric feature and the target at ``far``}: the same seeded noise, so
+    the answers differ by the record's integer vector, at most the plan's L2 (and L1) sensitivity. The bound is
+    derived here from the public weights: sqrt(W_xx^2 + W_xy^2 + W_yy^2 + W_n^2) plus half a unit per rounded entry,
+    and for AdaSSP's lambda_min entry W_l (1 + D / (2 W_xx)) + 2 (Weyl)."""
+    from dpfed.algorithms import linear_regression as lr
+
+    g = np.random.default_rng(0)
+    X = np.column_stack([g.integers(0, 3, 200), g.uniform(0, 10, 200), g.uniform(-5, 5, 200)])
+    y = g.uniform(-2, 2, 200)
+    spec = JobSpec("lr", "linear-regression", {"epsilon": 1.0, "delta": 1e-5, "method": method}, LR_SCHEMA)
+    plan = lr.plan_release(spec)
+    w, d = plan.weights, 3 + 2 + 1
+    rounded = d * (d + 1) // 2 + d + 1
+    l2 = math.hypot(w["xx"], w["xy"], w["yy"], w["n"]) + 0.5 * math.sqrt(rounded)
+    l1 = w["xx"] * (d + 1) / 2 + w["xy"] * math.sqrt(d) + w["yy"] + w["n"] + 0.5 * rounded
+    if method == "adassp":
+        dl = w["lmin"] * (1 + d / (2 * w["xx"])) + 2
+        l2, l1 = math.hypot(l2, dl), l1 + dl
+    task = Task("lr", 0, "lr-statistics")
+    out = np.array([[2.0, far, -far]]), np.array([far])
+    a = [_arrays(lr.LinearRegressionParty().answer(spec, task, Xs, ys, SecureRNG.from_seed("lr")))["stats"]
+         for Xs, ys in ((X, y), (np.vstack([X, out[0]]), np.append(y, out[1])))]
+    diff = (a[1] - a[0]).astype(float)
+    assert np.linalg.norm(diff) <= l2 * (1 + 1e-9) and plan.l2 <= l2 * (1 + 1e-6)
+    assert np.abs(diff).sum() <= l1 * (1 + 1e-9)
+
+
 # ------------------------------------------------------------------------------------------ every secure path
 
 #: The local path of every learner of the registry has its own test above (a new learner must add one).
@@ -251,7 +288,8 @@ LOCAL_TESTS = {"naive-bayes": test_naive_bayes_outlier_moves_the_release_by_at_m
                "gmlvq": test_lvq_step_outlier_moves_the_noisy_gradient_by_at_most_the_clip,
                "kmeans": test_kmeans_dp_lloyd_outlier_moves_sums_by_at_most_the_radius_and_counts_by_one,
                "statistics": test_statistics_outlier_moves_the_release_by_at_most_its_sensitivity,
-               "pca": test_pca_outlier_moves_each_round_by_at_most_its_sensitivity}
+               "pca": test_pca_outlier_moves_each_round_by_at_most_its_sensitivity,
+               "linear-regression": test_linear_regression_outlier_moves_the_release_by_at_most_its_sensitivity}
 SECURE_PATHS = sorted(n for n, mode in release_paths() if mode == "secure")
 
 

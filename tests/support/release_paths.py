@@ -27,6 +27,8 @@ _NB = Schema((Feature("a", "categorical", categories=3), Feature("u", "numeric",
               Feature("v", "numeric", lower=-5.0, upper=5.0)), n_classes=2)
 _BOX4 = Schema.numeric_box(4, 0.0, 1.0, n_classes=2)
 _BOX3 = Schema.numeric_box(3, 0.0, 1.0)
+_LR = Schema((Feature("a", "categorical", categories=3), Feature("u", "numeric", lower=0.0, upper=10.0),
+              Feature("v", "numeric", lower=-5.0, upper=5.0)), target=Feature("t", "numeric", lower=-2.0, upper=2.0))
 _SECURE = {"noise": "distributed", "secure_aggregation": True}
 
 #: learner -> (schema, labelled, [job params per case]); the secure mode adds ``_SECURE``.
@@ -41,6 +43,7 @@ _JOBS: dict[str, tuple[Schema, bool, list[dict[str, Any]]]] = {
                                 "queries": ["count", "var:u", "median:v:bins=16", "histogram:a", "mean:v"]},
                                {"epsilon": 1.0, "delta": 1e-6, "queries": ["table:a:a", "sum:u"]}]),
     "pca": (_BOX3, False, [{"epsilon": 1.0, "delta": 1e-6, "k": 2, "clip": 0.8}]),
+    "linear-regression": (_LR, True, [{"epsilon": 1.0, "delta": 1e-5}]),
 }
 
 
@@ -62,6 +65,8 @@ def _records(schema: Schema, labelled: bool, n: int, seed: int) -> tuple[np.ndar
     g = np.random.default_rng(seed)
     cols = [g.integers(0, f.categories, n).astype(float) if f.kind == "categorical"
             else g.uniform(f.lower, f.upper, n) for f in schema.features]
+    if labelled and schema.target is not None:  # a regression target within its public bounds
+        return np.column_stack(cols), g.uniform(schema.target.lower, schema.target.upper, n)
     return np.column_stack(cols), (g.integers(0, schema.n_classes, n) if labelled else None)
 
 

@@ -1,0 +1,76 @@
+"""The linear-regression coordinator half: one task, the sum of the parties' integer vectors (the survivors'
+sum under secure aggregation), post-processed into the model (:func:`.model.postprocess`)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from dpfed.algorithms import secure_noise as sn
+from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
+from dpfed.algorithms.linear_regression.model import postprocess
+from dpfed.algorithms.linear_regression.plan import TASK_KIND, Layout, job_method
+from dpfed.algorithms.linear_regression.release import plan_release
+
+__all__ = ["LinearRegressionCoordinator"]
+
+
+class LinearRegressionCoordinator(CoordinatorAlgorithm):
+    """The coordinator half: one task, sum of the parties' integer vectors, post-processing."""
+
+    def __init__(self, spec: JobSpec, parties: Sequence[str]) -> None:
+        self.spec, self.parties = spec, list(parties)
+        if not self.parties:
+            raise ValueError("a linear-regression job needs at least one party")
+        self.layout = Layout.from_schema(spec.schema, job_method(spec))
+        self.plan = plan_release(spec)
+        self.secure = sn.is_secure(spec.params)
+        self.min_survivors = sn.secure_params(spec.params).min_survivors if self.secure else len(self.parties)
+        self.survivors = len(self.parties)
+        self._issued = False
+        self._model: dict[str, np.ndarray] | None = None
+
+    def next_task(self) -> Task | None:
+        if self._issued:
+            return None
+        self._issued = True
+        return Task(self.spec.job_id, 0, TASK_KIND)
+
+    def absorb(self, task: Task, combined: Aggregate) -> None:
+        if task.kind != TASK_KIND or task.round != 0 or self._model is not None:
+            raise ValueError("linear regression absorbs exactly one answer set, for its round-0 task")
+        got = set(combined.parties)
+        missing, unknown = set(self.parties) - got, got - set(self.parties)
+        if self.secure and not combined.parties:
+            raise ValueError(f"the linear-regression round was aborted: fewer than {self.min_survivors} parties "
+                             "contributed (nothing was unmasked)")
+        if self.secure and not unknown and len(got) >= self.min_survivors:  # SecAgg: the survivors' sum
+            missing = set()
+        if missing or unknown:
+            raise ValueError(f"expected answers from exactly the {len(self.parties)} job parties; "
+                             f"missing {sorted(missing)}, unknown {sorted(unknown)}")
+        total = np.asarray(combined.arrays.get("stats", np.zeros(0)))
+        if total.shape != (self.layout.length,) or not np.issubdtype(total.dtype, np.integer):
+            raise ValueError(f"expected integer 'stats' vectors of length {self.layout.length}, "
+                             f"got dtype {total.dtype} shape {tuple(total.shape)}")
+        self.survivors = len(got)  # one noise release (or share) per contributor
+        self._model = postprocess(total.astype(np.int64), self.layout, self.plan, len(got),
+                                  max(self.spec.delta, 1e-300))
+
+    @property
+    def progress(self) -> float:
+        return 1.0 if self._model is not None else 0.0
+
+    def model(self) -> dict[str, np.ndarray]:
+        if self._model is None:
+            raise RuntimeError("the linear-regression job has not finished")
+        return dict(self._model)
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"mechanism": self.plan.method, "statistics": int(self.layout.length),
+                               "noise_std_xtx": math.sqrt(self.survivors * self.plan.noise_var)
+                               / float(self.plan.weights["xx"])}
+        if self._model is not None and "ridge_lambda" in self._model:
+            out["ridge_lambda"] = float(self._model["ridge_lambda"])
+        return out

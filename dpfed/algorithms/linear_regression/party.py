@@ -1,0 +1,76 @@
+"""The linear-regression party halves, chosen once by the registry entry from the job's parameters:
+:class:`LinearRegressionParty` answers its one task with the noisy weighted statistics vector (Gaussian for
+AdaSSP, discrete Laplace for the functional mechanism); :class:`SecureLinearRegressionParty`, under
+distributed noise with secure aggregation, releases the integer vector of :mod:`.secure`."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+from dp_accounting import dp_event
+
+from dpfed.algorithms.contract import JobSpec, PartyAlgorithm, Released, Task, TaskRejected
+from dpfed.algorithms.linear_regression import secure
+from dpfed.algorithms.linear_regression.plan import TASK_KIND, Layout
+from dpfed.algorithms.linear_regression.release import plan_release
+from dpfed.algorithms.linear_regression.statistics import party_records, sufficient_statistics
+from dpfed.algorithms.secure_plan import SecurePlan
+from dpfed.algorithms.secure_release import SecureRelease
+from dpfed.core.rng import SecureRNG
+
+__all__ = ["LinearRegressionParty", "SecureLinearRegressionParty"]
+
+
+class LinearRegressionParty(PartyAlgorithm):
+    """The party half: one task, the noisy weighted statistics vector."""
+
+    builtin = True
+
+    def job_event(self, spec: JobSpec) -> dp_event.DpEvent:
+        try:
+            return plan_release(spec).event
+        except ValueError as exc:
+            raise TaskRejected(f"invalid linear-regression parameters: {exc}") from None
+
+    def check_task(self, spec: JobSpec, task: Task) -> None:
+        if task.job_id != spec.job_id:
+            raise TaskRejected(f"task is for job {task.job_id!r}, not {spec.job_id!r}")
+        if task.kind != TASK_KIND or task.round != 0:
+            raise TaskRejected(f"linear regression answers one task ({TASK_KIND!r}, round 0); got {task.kind!r} "
+                               f"round {task.round}")
+        if task.params or task.arrays:
+            raise TaskRejected("the linear-regression task carries no parameters (its plan is the job spec)")
+
+    def task_event(self, spec: JobSpec, task: Task) -> dp_event.DpEvent:
+        return plan_release(spec).event  # the job is this one release
+
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
+        from dpfed.core.mechanisms import discrete_laplace, rounded_gaussian
+
+        plan = plan_release(spec)
+        X, yv = party_records(spec, X, y)
+        stats = sufficient_statistics(X, yv, Layout.from_schema(spec.schema, plan.method), plan.weights)
+        if plan.method == "functional":
+            rel = discrete_laplace(stats, sensitivity=int(plan.l1), epsilon=spec.epsilon, rng=rng)
+        else:
+            rel = rounded_gaussian(stats, sensitivity=plan.l2, sigma=plan.noise, rng=rng)
+        # the session checks that rel.event lies within the charged plan before anything leaves
+        return Released({"stats": np.asarray(rel.value, dtype=np.int64)}, (rel.event,))
+
+
+class SecureLinearRegressionParty(LinearRegressionParty, SecureRelease):
+    """Distributed noise under secure aggregation: the same one task, released as the integer vector plus one
+    noise share (never by :meth:`answer`)."""
+
+    builtin = True
+
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
+        raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
+
+    def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
+        return secure.secure_plan(spec, task)
+
+    def rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
+             rng: SecureRNG) -> Iterator[np.ndarray]:
+        """The party's integer statistics vector as one row (:func:`.secure.secure_rows`)."""
+        return secure.secure_rows(spec, task, X, y)
