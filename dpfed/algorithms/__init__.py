@@ -1,6 +1,6 @@
 """Layer 3, algorithms: the party/coordinator contract, the registry, one module per algorithm, and
 the scikit-learn-style estimators (``DPNaiveBayes``, ``DPGLVQ``, ``DPGMLVQ``, ``DPKMeans``, ``DPPCA``,
-``DPLinearRegression``).
+``DPLinearRegression``, ``DPRandomForestClassifier``).
 
 Imports only :mod:`dpfed.core` and :mod:`dpfed.data`; neither grpc nor ray.
 """
@@ -11,10 +11,11 @@ from typing import Any
 from dpfed.algorithms.registry import add_algorithm_arguments, algorithm_names, get_algorithm
 
 __all__ = ["get_algorithm", "algorithm_names", "add_algorithm_arguments",
-           "DPNaiveBayes", "DPGLVQ", "DPGMLVQ", "DPKMeans", "DPPCA", "DPLinearRegression"]
+           "DPNaiveBayes", "DPGLVQ", "DPGMLVQ", "DPKMeans", "DPPCA", "DPLinearRegression",
+           "DPRandomForestClassifier"]
 
 _ESTIMATORS = {"DPNaiveBayes": "naive_bayes", "DPGLVQ": "lvq", "DPGMLVQ": "lvq", "DPKMeans": "kmeans", "DPPCA": "pca",
-               "DPLinearRegression": "linear_regression"}
+               "DPLinearRegression": "linear_regression", "DPRandomForestClassifier": "random_forest"}
 
 
 def __getattr__(name: str) -> Any:  # estimators load their module only when asked for

@@ -20,6 +20,7 @@ _MODULES = {
     "statistics": "dpfed.algorithms.statistics",
     "pca": "dpfed.algorithms.pca",
     "linear-regression": "dpfed.algorithms.linear_regression",
+    "random-forest": "dpfed.algorithms.random_forest",
 }
 
 

@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pytest
 
-from dpfed.algorithms import kmeans, lvq, naive_bayes
+from dpfed.algorithms import kmeans, lvq, naive_bayes, random_forest
 from dpfed.algorithms.contract import JobSpec, Released, Task, TaskRejected
 from dpfed.algorithms.kmeans import fit as kmeans_fit
 from dpfed.algorithms.kmeans.sample_aggregate import (
@@ -69,6 +69,29 @@ def test_naive_bayes_outlier_moves_the_release_by_at_most_its_sensitivity(mechan
         assert np.linalg.norm(diff) <= math.sqrt(np.sum(w ** 2))
     else:
         assert np.abs(diff).sum() <= w.sum()
+
+
+# ------------------------------------------------------------------------------------------ random forest
+
+@pytest.mark.parametrize("mechanism,delta", [("gaussian", 1e-6), ("laplace", 0.0)])
+@pytest.mark.parametrize("u,v", [(FAR * 10, -FAR * 5), (math.inf, -math.inf), (-math.inf, math.inf)])
+def test_random_forest_outlier_moves_the_release_by_at_most_its_sensitivity(mechanism, delta, u, v):
+    """One record, clamped into the public box, adds 1 to exactly one leaf count of each of the T trees: L2
+    sqrt(T) (Gaussian), L1 T (Laplace); the noise is seeded alike, so the answers differ by that alone."""
+    g = np.random.default_rng(0)
+    X = np.column_stack([g.integers(0, 3, 200), g.uniform(0, 10, 200), g.uniform(-5, 5, 200)])
+    y = g.integers(0, 2, 200)
+    spec = JobSpec("rf", "random-forest", {"epsilon": 1.0, "delta": delta, "mechanism": mechanism, "trees": 6,
+                                           "depth": 4}, NB_SCHEMA)
+    plan = random_forest.plan_release(spec)
+    task = Task("rf", 0, "rf-leaf-counts")
+
+    def release(X, y):
+        return _arrays(random_forest.ForestParty().answer(spec, task, X, y, SecureRNG.from_seed("rf")))["counts"]
+
+    diff = (release(np.vstack([X, [1, u, v]]), np.append(y, 1)) - release(X, y)).astype(float)
+    assert np.count_nonzero(diff) == 6 and np.all(diff[diff != 0] == 1)
+    assert np.linalg.norm(diff) <= plan.l2 * (1 + 1e-12) and np.abs(diff).sum() <= plan.l1
 
 
 # ------------------------------------------------------------------------------------------ LVQ
@@ -289,7 +312,8 @@ LOCAL_TESTS = {"naive-bayes": test_naive_bayes_outlier_moves_the_release_by_at_m
                "kmeans": test_kmeans_dp_lloyd_outlier_moves_sums_by_at_most_the_radius_and_counts_by_one,
                "statistics": test_statistics_outlier_moves_the_release_by_at_most_its_sensitivity,
                "pca": test_pca_outlier_moves_each_round_by_at_most_its_sensitivity,
-               "linear-regression": test_linear_regression_outlier_moves_the_release_by_at_most_its_sensitivity}
+               "linear-regression": test_linear_regression_outlier_moves_the_release_by_at_most_its_sensitivity,
+               "random-forest": test_random_forest_outlier_moves_the_release_by_at_most_its_sensitivity}
 SECURE_PATHS = sorted(n for n, mode in release_paths() if mode == "secure")
 
 

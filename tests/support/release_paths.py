@@ -44,6 +44,7 @@ _JOBS: dict[str, tuple[Schema, bool, list[dict[str, Any]]]] = {
                                {"epsilon": 1.0, "delta": 1e-6, "queries": ["table:a:a", "sum:u"]}]),
     "pca": (_BOX3, False, [{"epsilon": 1.0, "delta": 1e-6, "k": 2, "clip": 0.8}]),
     "linear-regression": (_LR, True, [{"epsilon": 1.0, "delta": 1e-5}]),
+    "random-forest": (_NB, True, [{"epsilon": 1.0, "delta": 1e-6, "trees": 5, "depth": 3}]),
 }
 
 

@@ -1,0 +1,84 @@
+"""The scikit-learn-style DP random forest (:class:`DPRandomForestClassifier`): both halves on one party."""
+from __future__ import annotations
+
+import warnings
+from typing import Sequence
+
+import numpy as np
+
+from dpfed.algorithms.contract import JobSpec
+from dpfed.algorithms.driver import run_local
+from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
+from dpfed.algorithms.random_forest.algorithm import ALGORITHMS
+from dpfed.algorithms.random_forest.model import predict_proba
+from dpfed.algorithms.random_forest.plan import DEFAULT_ALPHA, DEFAULT_DEPTH, DEFAULT_TREES
+from dpfed.algorithms.random_forest.records import party_records
+from dpfed.core.rng import SecureRNG
+from dpfed.data.schema import DataValidationError, Feature, Schema
+
+__all__ = ["DPRandomForestClassifier", "DataDerivedSchemaWarning"]
+
+
+class DataDerivedSchemaWarning(UserWarning):
+    """The estimator derived bounds and classes from the data: the release is then NOT private."""
+
+
+class DPRandomForestClassifier(EstimatorParams, ClassifierScore):
+    """Scikit-learn-style DP random decision forest (Jagannathan, Pillaipakkamnatt & Wright 2012) for one array.
+
+    ``schema`` gives the public domains and bounds the trees are drawn from; without one, ``fit`` derives
+    all-numeric bounds and the class count from the data and warns (:class:`DataDerivedSchemaWarning`): that
+    leaks. ``random_state`` (int) fixes the trees and makes the noise reproducible (simulation only; it warns);
+    None draws a fresh public tree seed and uses the secure generator. ``delta`` > 0 allows the Gaussian
+    (sensitivity sqrt(T) instead of T for Laplace); ``delta=0`` is pure epsilon-DP.
+    """
+
+    def __init__(self, epsilon: float = 1.0, delta: float = 1e-6, n_estimators: int = DEFAULT_TREES,
+                 max_depth: int = DEFAULT_DEPTH, schema: Schema | None = None, random_state: int | None = None,
+                 mechanism: str = "auto", alpha: float = DEFAULT_ALPHA, features: Sequence[str] | None = None) -> None:
+        self.epsilon, self.delta, self.n_estimators, self.max_depth = epsilon, delta, n_estimators, max_depth
+        self.schema, self.random_state, self.mechanism, self.alpha = schema, random_state, mechanism, alpha
+        self.features = features
+
+    def _schema_for(self, X: np.ndarray, y: np.ndarray) -> Schema:
+        if self.schema is not None:
+            return self.schema
+        warnings.warn("DPRandomForestClassifier without a schema: bounds and classes are taken from the data, "
+                      "which is NOT differentially private; pass a public schema", DataDerivedSchemaWarning,
+                      stacklevel=3)
+        Xf = np.asarray(X, dtype=np.float64)
+        if Xf.ndim != 2 or not np.isfinite(Xf).all():
+            raise DataValidationError("records must be a finite 2-d array")
+        lo, hi = Xf.min(axis=0), Xf.max(axis=0)
+        return Schema(tuple(Feature(f"x{j}", "numeric", lower=float(lo[j]), upper=float(max(hi[j], lo[j] + 1.0)))
+                            for j in range(Xf.shape[1])), n_classes=int(np.max(y)) + 1)
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> "DPRandomForestClassifier":
+        from dpfed.algorithms.params import validate
+
+        schema = self._schema_for(X, y)
+        rng = SecureRNG() if self.random_state is None else SecureRNG.from_seed(int(self.random_state))
+        seed = int(self.random_state) if self.random_state is not None else int(SecureRNG().integers(1 << 62))
+        params = {"epsilon": float(self.epsilon), "delta": float(self.delta), "trees": int(self.n_estimators),
+                  "depth": int(self.max_depth), "tree_seed": seed, "mechanism": self.mechanism,
+                  "alpha": float(self.alpha)}
+        if self.features is not None:
+            params["features"] = list(self.features)
+        algo = ALGORITHMS["random-forest"]
+        spec = JobSpec("estimator", "random-forest", validate(algo, params, schema), schema)
+        Xv = schema.validate(X, y)
+        Xv, yv = party_records(spec, Xv, y)
+        run = run_local(algo, spec, Xv, yv, rng)
+        self.model_, self.schema_, self.tree_seed_ = run.coordinator.model(), schema, seed
+        self.classes_ = np.arange(schema.n_classes)
+        self.n_features_in_ = schema.n_features
+        self.privacy_event_ = run.event
+        return self
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        if not hasattr(self, "model_"):
+            raise RuntimeError("this DPRandomForestClassifier is not fitted yet; call fit first")
+        return predict_proba(self.model_, self.schema_.validate(X, clip_numeric=True))
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.argmax(self.predict_proba(X), axis=1)

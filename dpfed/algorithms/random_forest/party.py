@@ -1,0 +1,78 @@
+"""The random forest party halves, chosen once by the registry entry from the job's parameters
+(:meth:`dpfed.algorithms.contract.Algorithm.party_for`): :class:`ForestParty` answers its one task with the
+noisy per-leaf class counts; :class:`SecureForestParty`, under distributed noise with secure aggregation,
+releases the exact counts plus one discrete Gaussian share (:mod:`.secure`, a
+:class:`~dpfed.algorithms.secure_release.SecureRelease`)."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+from dp_accounting import dp_event
+
+from dpfed.algorithms.contract import JobSpec, PartyAlgorithm, Released, Task, TaskRejected
+from dpfed.algorithms.random_forest import secure
+from dpfed.algorithms.random_forest.model import leaf_counts
+from dpfed.algorithms.random_forest.plan import TASK_KIND, job_forest
+from dpfed.algorithms.random_forest.records import party_records
+from dpfed.algorithms.random_forest.release import plan_release
+from dpfed.algorithms.secure_plan import SecurePlan
+from dpfed.algorithms.secure_release import SecureRelease
+from dpfed.core.rng import SecureRNG
+
+__all__ = ["ForestParty", "SecureForestParty"]
+
+
+class ForestParty(PartyAlgorithm):
+    """The party half: one task, the noisy per-leaf class counts of every tree."""
+
+    builtin = True
+
+    def job_event(self, spec: JobSpec) -> dp_event.DpEvent:
+        try:
+            return plan_release(spec).event
+        except ValueError as exc:
+            raise TaskRejected(f"invalid random forest parameters: {exc}") from None
+
+    def check_task(self, spec: JobSpec, task: Task) -> None:
+        if task.job_id != spec.job_id:
+            raise TaskRejected(f"task is for job {task.job_id!r}, not {spec.job_id!r}")
+        if task.kind != TASK_KIND or task.round != 0:
+            raise TaskRejected(f"the random forest answers one task ({TASK_KIND!r}, round 0); got {task.kind!r} "
+                               f"round {task.round}")
+        if task.params or task.arrays:
+            raise TaskRejected("the random forest task carries no parameters (its plan and trees are the job spec)")
+
+    def task_event(self, spec: JobSpec, task: Task) -> dp_event.DpEvent:
+        return plan_release(spec).event  # the job is this one release
+
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
+        from dpfed.core.mechanisms import discrete_laplace, rounded_gaussian
+
+        plan = plan_release(spec)
+        X, y = party_records(spec, X, y)
+        counts = leaf_counts(X, y, job_forest(spec))
+        if plan.mechanism == "laplace":
+            rel = discrete_laplace(counts, sensitivity=plan.l1, epsilon=spec.epsilon, rng=rng)
+        else:
+            rel = rounded_gaussian(counts, sensitivity=plan.l2, sigma=plan.noise, rng=rng)
+        # the session checks that rel.event lies within the charged plan before anything leaves
+        return Released({"counts": np.asarray(rel.value, dtype=np.int64)}, (rel.event,))
+
+
+class SecureForestParty(ForestParty, SecureRelease):
+    """Distributed noise under secure aggregation: the same one task, released as the exact integer counts plus
+    one noise share through the secure session (never by :meth:`answer`)."""
+
+    builtin = True
+
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
+        raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
+
+    def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
+        return secure.secure_plan(spec, task)
+
+    def rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
+             rng: SecureRNG) -> Iterator[np.ndarray]:
+        """The party's exact leaf-count vector as one row (:func:`.secure.secure_rows`)."""
+        return secure.secure_rows(spec, task, X, y)
