@@ -29,6 +29,7 @@ LAYERS = [
     ("party", 6, "party"),
     ("coordinator", 6, "coordinator"),
     ("dpfed.simulation", 7, "simulation"),
+    ("dpfed.stats", 7, "simulation"),  # the statistics API: one-party tools and the federated run
     ("dpfed.cli", 8, "cli"),
 ]
 #: Third-party packages a layer at or below this rank must not import.

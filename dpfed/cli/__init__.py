@@ -18,6 +18,7 @@ _COMMAND_MODULES = (
     "dpfed.cli.schema",       # dpfed schema template
     "dpfed.cli.coordinator",        # dpfed coordinator serve, status, job submit, model get, certs
     "dpfed.cli.party",              # dpfed party serve
+    "dpfed.cli.stats",              # dpfed stats
 )
 
 

@@ -84,3 +84,21 @@ def test_job_submit_works_for_every_algorithm(deployment, algorithm, capsys):
         with BudgetLedger(root / f"party-{i}" / "ledger.sqlite", epsilon_limit=100.0, delta_limit=1e-4) as led:
             assert led.charge_ids().count(f"{job}:plan") == 1
     assert time.monotonic() - t0 < 120
+
+
+def test_dpfed_stats_against_a_coordinator(deployment, capsys):
+    """``dpfed stats --coordinator``: the same job through the coordinator and the two party daemons (their own
+    records and ledgers), answers with intervals in the JSON."""
+    root, conn = deployment
+    code = main(["stats", *conn, "--parties", "party-0", "party-1", "--epsilon", "2", "--mean", "x0",
+                 "--median", "x1", "--count", "--group-by", "class", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    rec = json.loads(out)
+    assert rec["transport"] == "coordinator" and set(rec["party_epsilon"]) == {"party-0", "party-1"}
+    mean = next(r for r in rec["results"] if r["query"] == "mean(x0) by class")
+    X = np.concatenate([_labelled(i)[0] for i in range(2)])
+    y = np.concatenate([_labelled(i)[1] for i in range(2)])
+    for c in range(2):
+        assert mean["lower"][c] <= mean["value"][c] <= mean["upper"][c]
+        assert abs(mean["value"][c] - X[y == c, 0].mean()) < 6 * mean["se"][c] + 1e-6

@@ -54,8 +54,8 @@ class Query:
     column2: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in (("stat", self.stat), ("column", self.column), ("by", self.by),
-                                  ("bins", self.bins), ("q", self.q), ("column2", self.column2)) if v is not None}
+        extra = {k: v for k, v in (("bins", self.bins), ("q", self.q), ("column2", self.column2)) if v is not None}
+        return {"stat": self.stat, "column": self.column, "by": self.by, **extra}
 
     @property
     def label(self) -> str:

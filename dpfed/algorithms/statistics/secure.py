@@ -13,9 +13,10 @@ smallest meeting (epsilon, delta). The modulus holds ``records`` x the largest w
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
+from dp_accounting import DpEvent
 
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import JobSpec, Task, TaskRejected
@@ -27,7 +28,7 @@ from dpfed.core import distributed_noise as dn
 from dpfed.core.events import DistributedDiscreteGaussianDpEvent
 from dpfed.core.memo import shared_cache
 
-__all__ = ["secure_release", "integer_plan", "secure_plan", "secure_rows"]
+__all__ = ["secure_release", "integer_plan", "smallest_sigma", "secure_plan", "secure_rows"]
 
 
 def secure_release(spec: JobSpec) -> tuple[StatsPlan, SecurePlan]:
@@ -54,15 +55,29 @@ def integer_plan(n_blocks: int, dim: int, eps: float, delta: float, honest: int,
     l2, l1 = float(np.sqrt(np.sum(weights.astype(float) ** 2))), float(weights.sum())
     sigma = dn.calibrate_sigma_share(eps, delta, honest_parties=honest, l2_sensitivity=l2, l1_sensitivity=l1,
                                      dimension=dim)
+    sigma = smallest_sigma(lambda s: DistributedDiscreteGaussianDpEvent(float(s), int(honest), l2, l1, dim),
+                           float(sigma), eps, delta)
     event = DistributedDiscreteGaussianDpEvent(float(sigma), int(honest), l2, l1, dim)
-    while accounting.epsilon(event, delta, accountant="rdp") > eps:  # the ledger's own RDP conversion decides
-        sigma *= 1.0 + 1e-6
-        event = DistributedDiscreteGaussianDpEvent(float(sigma), int(honest), l2, l1, dim)
     bits = sn.integer_bits(floor_bits, records * float(grid), sigma, parties, dim)
     noise = dn.DistributedNoisePlan(dimension=dim, clip=l2, gamma=1.0, bits=bits, sigma_share=float(sigma),
                                     honest_parties=honest, parties=parties, vectors=records)
     plan = StatsPlan("ddgauss", weights, int(l1), l2, float(sigma), float(sigma) ** 2, event)
     return plan, SecurePlan(noise, (("stats", (dim,)),), sn.rotation_seed(job_id, 0), integer=True, l1=l1)
+
+
+def smallest_sigma(event: Callable[[float], DpEvent], start: float, eps: float, delta: float) -> float:
+    """The smallest sigma >= ``start`` (to 1e-6 relative) whose ``event(sigma)`` meets (eps, delta) by the RDP
+    conversion the ledger uses (``start``, from the DDGauss calibration, may miss it by a few per cent)."""
+    def ok(s: float) -> bool:
+        return accounting.epsilon(event(s), delta, accountant="rdp") <= eps
+
+    lo, hi = start, start
+    while not ok(hi):
+        lo, hi = hi, hi * 1.01
+    while hi - lo > 1e-6 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
 
 
 def secure_plan(spec: JobSpec, task: Task) -> SecurePlan | None:
