@@ -13,14 +13,17 @@ import time
 import numpy as np
 import pytest
 
-from dpfed.algorithms import algorithm_names
+from dpfed.algorithms import algorithm_names, get_algorithm
 from dpfed.cli import main
 from dpfed.core.ledger import BudgetLedger
-from dpfed.data.schema import Schema
+from dpfed.data.schema import Feature, Schema
 from net_helpers import PLUGINS, make_pki, spawn_party, start_coordinator
 from party.config import write_config
 
 SCHEMA = Schema.numeric_box(3, 0.0, 1.0, n_classes=2)
+#: the parties of the learners of a numeric target (``label_kind == "numeric"``): the same records, the 0/1 label
+#: as a regression target
+REGRESSION = Schema(SCHEMA.features, target=Feature("t", "numeric", lower=0.0, upper=1.0))
 SMALL = {  # small settings so that each job takes a few seconds
     "naive-bayes": [],
     "glvq": ["--epochs", "1", "--sampling-rate", "0.1"],
@@ -38,7 +41,15 @@ def _labelled(seed: int, n: int = 400) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    root = tmp_path_factory.mktemp("submit")
+    yield from _deploy(tmp_path_factory.mktemp("submit"), SCHEMA)
+
+
+@pytest.fixture(scope="module")
+def regression_deployment(tmp_path_factory):
+    yield from _deploy(tmp_path_factory.mktemp("submit-regression"), REGRESSION)
+
+
+def _deploy(root, schema: Schema):
     pki = make_pki(root, parties=2)
     server = start_coordinator(pki, root / "state")
     procs = []
@@ -47,7 +58,7 @@ def deployment(tmp_path_factory):
         d.mkdir()
         X, y = _labelled(i)
         np.savez(d / "data.npz", X=X, y=y)
-        (d / "schema.json").write_text(SCHEMA.to_json())
+        (d / "schema.json").write_text(schema.to_json())
         f = pki.files(f"party-{i}")
         write_config(d / "party.toml", {
             "name": f"party-{i}", "coordinator": f"127.0.0.1:{server.port}", "data": str(d / "data.npz"),
@@ -66,8 +77,9 @@ def deployment(tmp_path_factory):
 
 
 @pytest.mark.parametrize("algorithm", algorithm_names())
-def test_job_submit_works_for_every_algorithm(deployment, algorithm, capsys):
-    root, conn = deployment
+def test_job_submit_works_for_every_algorithm(request, algorithm, capsys):
+    numeric = get_algorithm(algorithm).label_kind == "numeric"
+    root, conn = request.getfixturevalue("regression_deployment" if numeric else "deployment")
     job = f"cli-{algorithm}"
     t0 = time.monotonic()
     code = main(["job", "submit", "--algorithm", algorithm, "--epsilon", "2", "--parties", "party-0", "party-1",
