@@ -1,6 +1,7 @@
 """Layer 3, algorithms: the party/coordinator contract, the registry, one module per algorithm, and
 the scikit-learn-style estimators (``DPNaiveBayes``, ``DPGLVQ``, ``DPGMLVQ``, ``DPKMeans``, ``DPPCA``,
-``DPLinearRegression``, ``DPRandomForestClassifier``).
+``DPLinearRegression``, ``DPRandomForestClassifier``, ``DPLogisticRegression``,
+``DPLinearSVM``).
 
 Imports only :mod:`dpfed.core` and :mod:`dpfed.data`; neither grpc nor ray.
 """
@@ -12,10 +13,11 @@ from dpfed.algorithms.registry import add_algorithm_arguments, algorithm_names, 
 
 __all__ = ["get_algorithm", "algorithm_names", "add_algorithm_arguments",
            "DPNaiveBayes", "DPGLVQ", "DPGMLVQ", "DPKMeans", "DPPCA", "DPLinearRegression",
-           "DPRandomForestClassifier"]
+           "DPRandomForestClassifier", "DPLogisticRegression", "DPLinearSVM"]
 
 _ESTIMATORS = {"DPNaiveBayes": "naive_bayes", "DPGLVQ": "lvq", "DPGMLVQ": "lvq", "DPKMeans": "kmeans", "DPPCA": "pca",
-               "DPLinearRegression": "linear_regression", "DPRandomForestClassifier": "random_forest"}
+               "DPLinearRegression": "linear_regression", "DPRandomForestClassifier": "random_forest",
+               "DPLogisticRegression": "linear_models", "DPLinearSVM": "linear_models"}
 
 
 def __getattr__(name: str) -> Any:  # estimators load their module only when asked for

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["EstimatorParams", "ClassifierScore", "RegressorScore"]
+__all__ = ["EstimatorParams", "ClassifierScore", "RegressorScore", "class_indices"]
 
 
 class EstimatorParams:
@@ -64,3 +64,15 @@ class RegressorScore:
         res = float(np.sum(w * (y - np.asarray(self.predict(X))) ** 2))
         tot = float(np.sum(w * (y - np.average(y, weights=w)) ** 2))
         return 1.0 - res / tot
+
+
+def class_indices(y: np.ndarray, classes: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """(classes, the index of each label in them): ``classes`` public (given) or the sorted labels of ``y``;
+    ValueError for fewer than 2 classes or a label outside them."""
+    cls = np.unique(y) if classes is None else np.asarray(classes)
+    if len(cls) < 2:
+        raise ValueError("need at least 2 classes")
+    idx = np.searchsorted(cls, y)
+    if np.any(idx >= len(cls)) or np.any(cls[np.minimum(idx, len(cls) - 1)] != y):
+        raise ValueError("y contains labels outside `classes`")
+    return cls, idx

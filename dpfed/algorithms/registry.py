@@ -21,6 +21,8 @@ _MODULES = {
     "pca": "dpfed.algorithms.pca",
     "linear-regression": "dpfed.algorithms.linear_regression",
     "random-forest": "dpfed.algorithms.random_forest",
+    "logistic-regression": "dpfed.algorithms.linear_models",
+    "linear-svm": "dpfed.algorithms.linear_models",
 }
 
 

@@ -25,7 +25,8 @@ SCHEMA = Schema.numeric_box(3, 0.0, 1.0, n_classes=2)
 REGRESSION = Schema(SCHEMA.features, target=Feature("t", "numeric", lower=0.0, upper=1.0))
 PARTIES = ("p0", "p1")
 SMALL = {"glvq": ["--epochs", "1", "--sampling-rate", "0.1"], "gmlvq": ["--epochs", "1", "--sampling-rate", "0.1"],
-         "kmeans": ["--k", "2"]}
+         "kmeans": ["--k", "2"], "logistic-regression": ["--lm-epochs", "1", "--lm-sampling-rate", "0.2"],
+         "linear-svm": ["--lm-epochs", "1", "--lm-sampling-rate", "0.2"]}
 
 
 class _Stop(Exception):

@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pytest
 
-from dpfed.algorithms import kmeans, lvq, naive_bayes, random_forest
+from dpfed.algorithms import kmeans, linear_models, lvq, naive_bayes, random_forest
 from dpfed.algorithms.contract import JobSpec, Released, Task, TaskRejected
 from dpfed.algorithms.kmeans import fit as kmeans_fit
 from dpfed.algorithms.kmeans.sample_aggregate import (
@@ -303,6 +303,46 @@ def test_linear_regression_outlier_moves_the_release_by_at_most_its_sensitivity(
     assert np.abs(diff).sum() <= l1 * (1 + 1e-9)
 
 
+# ------------------------------------------------------------------------------------------ linear models
+
+LM_SCHEMA = Schema((Feature("a", "categorical", categories=3), Feature("u", "numeric", lower=0.0, upper=10.0),
+                    Feature("v", "numeric", lower=-5.0, upper=5.0)), n_classes=2)
+
+
+@pytest.mark.parametrize("algorithm", ["logistic-regression", "linear-svm"])
+@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("far", [FAR, -FAR, math.inf, -math.inf, math.nan])
+def test_linear_model_step_outlier_moves_the_noisy_gradient_by_at_most_the_clip(algorithm, exact, far):
+    """A DP-SGD step (q = 1) of the party half on D + {outlier} against D + {neighbour}, the same number of
+    records, so the same Poisson mask and noise draws from the same seed. Linear SVM: the neighbour has a
+    margin > 1 + h at the broadcast weights (zero gradient: the statistic of D), so the answers differ by at most
+    C; logistic regression (no record has a zero gradient): the neighbour is a copy of the first record, so at
+    most 2 C (both contributions are clipped to C). The outlier's numeric features are at ``far``."""
+    g = np.random.default_rng(0)
+    X = np.column_stack([g.integers(0, 3, 40), g.uniform(0, 10, 40), g.uniform(-5, 5, 40)]).astype(float)
+    y = g.integers(0, 2, 40)
+    clip = 0.5
+    params = {"epsilon": 8.0, "delta": 1e-5, "epochs": 1, "sampling_rate": 1.0, "noise_multiplier": 4.0,
+              "clip": clip, "exact_noise": exact}
+    spec = JobSpec("lm-step", algorithm, params, LM_SCHEMA)
+    W = np.zeros((1, 6))
+    W[0, -1] = 10.0  # every record of class 1 has margin 10 > 1 + h
+    task = Task("lm-step", 1, "step", arrays={"weights": W})
+
+    def release(extra: np.ndarray, label: int) -> np.ndarray:
+        out = _arrays(linear_models.LinearParty().answer(spec, task, np.vstack([X, extra]), np.append(y, label),
+                                                         SecureRNG.from_seed("s")))
+        return out["grad"].ravel()
+
+    svm = algorithm == "linear-svm"
+    outlier = np.array([1.0, far, far])
+    diff = release(outlier, 0) - (release(np.array([0.0, 5.0, 0.0]), 1) if svm else release(X[0], y[0]))
+    bound = clip if svm else 2 * clip
+    assert np.all(np.isfinite(diff)) and np.linalg.norm(diff) <= bound * (1 + GRID) + 1e-12
+    if not math.isnan(far) and svm:
+        assert np.linalg.norm(diff) > 0  # the outlier was sampled and counted (q = 1)
+
+
 # ------------------------------------------------------------------------------------------ every secure path
 
 #: The local path of every learner of the registry has its own test above (a new learner must add one).
@@ -313,7 +353,9 @@ LOCAL_TESTS = {"naive-bayes": test_naive_bayes_outlier_moves_the_release_by_at_m
                "statistics": test_statistics_outlier_moves_the_release_by_at_most_its_sensitivity,
                "pca": test_pca_outlier_moves_each_round_by_at_most_its_sensitivity,
                "linear-regression": test_linear_regression_outlier_moves_the_release_by_at_most_its_sensitivity,
-               "random-forest": test_random_forest_outlier_moves_the_release_by_at_most_its_sensitivity}
+               "random-forest": test_random_forest_outlier_moves_the_release_by_at_most_its_sensitivity,
+               "logistic-regression": test_linear_model_step_outlier_moves_the_noisy_gradient_by_at_most_the_clip,
+               "linear-svm": test_linear_model_step_outlier_moves_the_noisy_gradient_by_at_most_the_clip}
 SECURE_PATHS = sorted(n for n, mode in release_paths() if mode == "secure")
 
 

@@ -29,6 +29,8 @@ SMALL = {  # small settings so that each job takes a few seconds
     "glvq": ["--epochs", "1", "--sampling-rate", "0.1"],
     "gmlvq": ["--epochs", "1", "--sampling-rate", "0.1"],
     "kmeans": ["--k", "2"],
+    "logistic-regression": ["--lm-epochs", "1", "--lm-sampling-rate", "0.2"],
+    "linear-svm": ["--lm-epochs", "1", "--lm-sampling-rate", "0.2"],
 }
 
 

@@ -8,13 +8,16 @@ are planned by :mod:`dpfed.algorithms.dpsgd.secure` instead (RDP).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 from dp_accounting import DpEvent
 
+from dpfed.algorithms.secure_noise import is_secure
 from dpfed.core import accounting
 
-__all__ = ["DpSgdPlan", "calibrate", "steps_for"]
+__all__ = ["DpSgdPlan", "calibrate", "steps_for", "spent", "plan_key", "prepared"]
 
 
 def steps_for(epochs: float, sampling_rate: float) -> int:
@@ -41,3 +44,31 @@ def calibrate(epsilon: float, delta: float, sampling_rate: float, steps: int, *,
                                                                  extra_event=prior)
     events = ([] if prior is None else [prior]) + [accounting.dp_sgd_event(noise_multiplier, sampling_rate, steps)]
     return DpSgdPlan(float(noise_multiplier), float(sampling_rate), int(steps), accounting.compose(events))
+
+
+def spent(event: DpEvent, epsilon: float, delta: float) -> tuple[float, bool]:
+    """The epsilon that ``event`` spends at ``delta`` by PLD on the target's grid, and whether it is only a
+    proven lower bound (cheap, where the event is far over ``epsilon``): what a party compares with the job's
+    stated epsilon before it charges."""
+    low = accounting.exceeds(event, delta, epsilon) if delta > 0 else None
+    if low is not None:
+        return low, True
+    return accounting.epsilon(event, delta, pld_discretization=accounting.pld_grid(epsilon)), False
+
+
+def plan_key(params: Mapping[str, Any], defaults: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, float | None]:
+    """A learner's plan cache key: the public params ``keys`` its plan depends on (defaults filled in, as sorted
+    JSON), and the noise multiplier the params carry (None: to be calibrated)."""
+    full = {**defaults, **params}
+    nm = params.get("noise_multiplier")
+    return json.dumps({k: full[k] for k in keys}, sort_keys=True), None if nm is None else float(nm)
+
+
+def prepared(params: Mapping[str, Any], defaults: Mapping[str, Any],
+             multiplier: Callable[[dict[str, Any]], float]) -> dict[str, Any]:
+    """``params`` with the defaults and, for a private job not under secure aggregation (planned by RDP instead),
+    the calibrated ``noise_multiplier`` (so parties need not calibrate; each re-checks it before it charges)."""
+    out = {**defaults, **params}
+    if out.get("private", True) and not is_secure(out):
+        out["noise_multiplier"] = multiplier(out)
+    return out

@@ -14,7 +14,7 @@ import numpy as np
 
 from dpfed.algorithms.contract import Answer, JobSpec, Task
 from dpfed.algorithms.driver import run_local as drive_local
-from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
+from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams, class_indices
 from dpfed.algorithms.lvq.algorithm import ALGORITHMS
 from dpfed.algorithms.lvq.coordinator import LVQCoordinator
 from dpfed.algorithms.lvq.defaults import DEFAULTS
@@ -61,12 +61,7 @@ class _DPLVQBase(EstimatorParams, ClassifierScore):
         if not np.all(np.isfinite(X)):
             raise ValueError("X contains NaN or infinite values")
         private = bool(self.private) and self.epsilon is not None
-        classes = np.unique(y) if self.classes is None else np.asarray(self.classes)
-        if len(classes) < 2:
-            raise ValueError("need at least 2 classes")
-        idx = np.searchsorted(classes, y)
-        if np.any(idx >= len(classes)) or np.any(classes[np.minimum(idx, len(classes) - 1)] != y):
-            raise ValueError("y contains labels outside `classes`")
+        classes, idx = class_indices(y, self.classes)
         if self.bounds is None:
             if private:
                 raise ValueError("private training needs public `bounds=(lower, upper)`; bounds from the data "

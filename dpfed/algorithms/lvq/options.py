@@ -15,7 +15,7 @@ from dpfed.data.schema import Schema
 __all__ = ["PARAMS", "MAX_STEPS", "MEMORY_FACTOR", "add_arguments", "params_from_args"]
 
 #: DP-SGD steps T = epochs / sampling_rate at most (the paper's settings: 5,000).
-MAX_STEPS = 100_000
+MAX_STEPS = dpsgd.MAX_STEPS
 #: Memory estimate of one party's training state: MEMORY_FACTOR copies (model, gradient sums, optimiser
 #: moments, per-chunk gradients) of the model's floats, prototypes k*ppc*d plus Omega rank*d.
 MEMORY_FACTOR = 16
@@ -70,14 +70,7 @@ PARAMS = ParamTable((
 
 def _check_params(p: dict[str, Any], schema: Schema | None) -> None:
     """Cross-checks: steps and memory caps, Adam's betas, the Laplace initialisation without clipping."""
-    steps = dpsgd.steps_for(p["epochs"], p["sampling_rate"])
-    if steps < 1 or steps > MAX_STEPS:
-        raise TaskRejected(f"LVQ steps = epochs / sampling_rate = {p['epochs']:g} / {p['sampling_rate']:g} = {steps} "
-                           f"must lie in [1, {MAX_STEPS}]")
-    betas = p["adam_betas"]
-    if not (len(betas) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
-                                    for b in betas)):
-        raise TaskRejected("LVQ parameter 'adam_betas' must be two numbers in [0, 1)")
+    dpsgd.check_schedule(p, "LVQ")
     if p["init"] == "laplace" and p["init_clip"] > 0:
         raise TaskRejected("LVQ parameter 'init_clip' must be 0 with init laplace (it applies to the Gaussian "
                            "initialisation only)")

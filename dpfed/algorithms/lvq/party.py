@@ -30,7 +30,6 @@ puts the sum on a public grid with exact rounded-Gaussian noise instead (floatin
 """
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Any, Iterator, Mapping
 
@@ -86,14 +85,7 @@ class LVQParty(PartyAlgorithm):
     def _check_params(spec: JobSpec) -> None:
         """The job parameters both halves refuse (public parameters only)."""
         p = {**DEFAULTS, **spec.params}
-        if not p["private"]:
-            raise TaskRejected("a non-private LVQ job can only run inside a local estimator, never at a party")
-        if p["noise"] not in ("local", "distributed"):
-            raise TaskRejected("noise must be 'local' or 'distributed'")
-        if not (isinstance(p["clip"], (int, float)) and p["clip"] > 0 and math.isfinite(p["clip"])):
-            raise TaskRejected("clip must be a finite number > 0")
-        if int(p["parties"]) < 1:
-            raise TaskRejected("parties must be >= 1")
+        dpsgd.check_release(p, "LVQ")
         layout(spec)
         if p["init_center"] not in ("mid", "lower") or not (float(p["init_clip"]) >= 0.0):
             raise TaskRejected("init_center must be 'mid' or 'lower' and init_clip >= 0")
@@ -104,13 +96,11 @@ class LVQParty(PartyAlgorithm):
         self._check_params(spec)
         try:
             plan = privacy_plan(spec.params)
-            low = accounting.exceeds(plan.event, spec.delta, spec.epsilon) if spec.delta > 0 else None
-            spent = low if low is not None else accounting.epsilon(  # a proven lower bound where far over: cheap
-                plan.event, spec.delta, pld_discretization=accounting.pld_grid(spec.epsilon))
+            spent, low = dpsgd.spent(plan.event, spec.epsilon, spec.delta)  # a proven lower bound where far over
         except ValueError as exc:
             raise TaskRejected(f"invalid LVQ privacy parameters: {exc}") from None
         if spent > spec.epsilon * (1.0 + 1e-9):
-            raise TaskRejected(f"the job's noise gives epsilon {'>= ' if low is not None else ''}{spent:.6g} > its "
+            raise TaskRejected(f"the job's noise gives epsilon {'>= ' if low else ''}{spent:.6g} > its "
                                f"stated epsilon {spec.epsilon:.6g}")
         return plan.event
 

@@ -23,7 +23,6 @@ import dp_accounting
 from dp_accounting import DpEvent, dp_event
 
 from dpfed.algorithms import dpsgd
-from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.lvq.defaults import DEFAULTS
 from dpfed.core import accounting
 from dpfed.core.memo import shared_cache
@@ -96,15 +95,10 @@ def _plan_cached(key: str, noise_multiplier: float | None) -> PrivacyPlan:
 
 def privacy_plan(params: Mapping[str, Any]) -> PrivacyPlan:
     """The job's plan; calibrates sigma (PLD, a few seconds, cached) unless params carry it."""
-    full = {**DEFAULTS, **params}
-    key = json.dumps({k: full[k] for k in PLAN_KEYS}, sort_keys=True)
-    nm = params.get("noise_multiplier")
-    return _plan_cached(key, None if nm is None else float(nm))
+    return _plan_cached(*dpsgd.plan_key(params, DEFAULTS, PLAN_KEYS))
 
 
 def prepare_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Fill in defaults and the calibrated ``noise_multiplier`` (so parties need not calibrate)."""
-    out = {**DEFAULTS, **params}
-    if out.get("private", True) and not sn.is_secure(out):  # secure jobs: secure_lvq_plan
-        out["noise_multiplier"] = privacy_plan(out).noise_multiplier
-    return out
+    """Fill in defaults and the calibrated ``noise_multiplier`` (so parties need not calibrate; secure jobs:
+    :func:`dpfed.algorithms.lvq.secure.secure_lvq_plan`)."""
+    return dpsgd.prepared(params, DEFAULTS, lambda p: privacy_plan(p).noise_multiplier)
