@@ -31,6 +31,11 @@ Example (relative paths are relative to the config file)::
     shard_advertise = ""           # host the parties dial for a shard (default: the IP of the shard's node)
     shard_cpus = 0.5               # Ray CPUs reserved per shard
 
+    # Read-only HTTPS for operators (coordinator/web.py): the coordinator's certificate; an operator certificate
+    # (not revoked) or an operator token ('dpfed certs token NAME --ca DIR') gets in; anything else gets 403.
+    console_port = -1              # the web console (coordinator/console.py) on the host of `listen`; -1 = off
+    metrics_port = -1              # Prometheus metrics at /metrics (coordinator/metrics.py); -1 = off, 0 = a free port
+
     [tls]                          # mutual TLS (required unless insecure = true)
     ca = "certs/ca.crt"            # the deployment CA: parties and operators must be signed by it
     cert = "certs/coordinator.crt" # the coordinator's certificate (SAN must include its host name)
@@ -73,6 +78,8 @@ class CoordinatorConfig:
     idle_timeout: float = 30.0
     handshake_timeout: float = 10.0
     max_connections: int = 0
+    console_port: int = -1
+    metrics_port: int = -1
 
     def __post_init__(self) -> None:
         if not self.insecure and self.tls is None:
@@ -93,6 +100,8 @@ class CoordinatorConfig:
                 and self.max_connections >= 0):
             raise ConfigError("max_calls_per_peer must be in [1, 1024], idle_timeout and handshake_timeout "
                               "positive, max_connections >= 0")
+        if not (-1 <= self.console_port <= 65535 and -1 <= self.metrics_port <= 65535):
+            raise ConfigError("console_port and metrics_port must be -1 (off), 0 (a free port) or a port number")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CoordinatorConfig":
@@ -101,7 +110,7 @@ class CoordinatorConfig:
                  "answer_timeout", "min_ping_interval", "heartbeat_seconds", "max_message_bytes", "chunk_bytes",
                  "plugins", "tls", "max_concurrent_jobs", "ray_address", "shards", "shard_host", "shard_port",
                  "shard_advertise", "shard_cpus", "max_calls_per_peer", "idle_timeout", "handshake_timeout",
-                 "max_connections"}
+                 "max_connections", "console_port", "metrics_port"}
         unknown = sorted(set(t) - known)
         if unknown:
             raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -125,7 +134,9 @@ class CoordinatorConfig:
                        max_calls_per_peer=int(t.get("max_calls_per_peer", cls.max_calls_per_peer)),
                        idle_timeout=float(t.get("idle_timeout", cls.idle_timeout)),
                        handshake_timeout=float(t.get("handshake_timeout", cls.handshake_timeout)),
-                       max_connections=int(t.get("max_connections", cls.max_connections)))
+                       max_connections=int(t.get("max_connections", cls.max_connections)),
+                       console_port=int(t.get("console_port", cls.console_port)),
+                       metrics_port=int(t.get("metrics_port", cls.metrics_port)))
         except (TypeError, ValueError) as exc:
             if isinstance(exc, ConfigError):
                 raise

@@ -17,6 +17,7 @@ import grpc
 import numpy as np
 
 from coordinator.config import CoordinatorConfig
+from coordinator.metrics import Metrics
 from coordinator.rpc import caller, check_session, check_version
 from coordinator.state import JobRecord, StateStore
 from dpfed.algorithms.contract import JobSpec
@@ -71,6 +72,7 @@ class CoordinatorBase:
 
     config: CoordinatorConfig
     store: StateStore
+    metrics: Metrics                            # Prometheus counters and the jobs' timelines
     jobs: dict[str, JobRecord]
     pool: Any                                   # a coordinator.shards.ShardPool on a Ray cluster, else None
     _cond: threading.Condition

@@ -24,6 +24,7 @@ from dpfed.data.schema import Schema
 from protos import dpfed_pb2 as pb
 from protos.codec import PROTOCOL_VERSION, ProtocolError
 from protos.wire_json import check_json
+from dpfed.federation.tls import peer_certificate_facts
 
 __all__ = ["PartyCalls"]
 
@@ -66,7 +67,8 @@ class PartyCalls(CoordinatorBase):
             self._changed()
         self.store.note_party(req.party, schema=schema.to_dict(), epsilon_limit=req.epsilon_limit,
                               delta_limit=req.delta_limit, epsilon_spent=req.epsilon_spent,
-                              algorithms=list(req.algorithms), registered=time.time())
+                              algorithms=list(req.algorithms), registered=time.time(),
+                              **peer_certificate_facts(context))
         log.info("party %s registered", req.party)
         return pb.RegisterReply(version=PROTOCOL_VERSION, session=token,
                                 shard=self.pool.addresses[shard] if self.pool is not None else "")
@@ -208,6 +210,14 @@ class PartyCalls(CoordinatorBase):
 
     def submit_result(self, parts: Iterator[pb.ResultPart], context: grpc.ServicerContext) -> pb.ResultAck:
         sess = self._session(context, PROTOCOL_VERSION, metadata_session(context))  # before any part is read
+        size = [0]
+
+        def counted(it: Iterator[pb.ResultPart]) -> Iterator[pb.ResultPart]:
+            for part in it:
+                size[0] += part.ByteSize()
+                yield part
+
+        parts = counted(parts)
         first = first_part(parts, sess.token)
         name = sess.name
         if sess.shard >= 0:
@@ -232,6 +242,7 @@ class PartyCalls(CoordinatorBase):
                 if self._sessions.get(name) is not sess:  # the upload died with its connection; the party
                     self._resend(act, name)               # came back meanwhile: ask its new session
             raise
+        self.metrics.received(first.job_id, size[0])
         with self._cond:
             act.receiving.discard(name)
             if self._actives.get(act.spec.job_id) is not act or act.round != first.round or act.task_id != first.task_id or act.complete:
@@ -240,6 +251,7 @@ class PartyCalls(CoordinatorBase):
                 act.errors.add(name)
                 log.info("job %s round %d: %s dropped out (%s)", act.spec.job_id, act.round, name, error)
             elif error:
+                self.metrics.refusal(act.spec.job_id, name, error)
                 self._fail(act, f"party {name!r} refused task {act.round} of job {act.spec.job_id}: {error}")
             else:
                 act.answers[name] = arrays

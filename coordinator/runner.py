@@ -67,6 +67,7 @@ class JobRunner(CoordinatorBase):
                 self._changed()
                 return
             rec.state, rec.reason, rec.finished = state, reason, time.time()
+            self.metrics.job_finished(state)
             rec.resumable = state in RESUMABLE_STATES
             if rec.resumable and reason:
                 rec.reason = f"{reason} (continue it with: dpfed job resume {rec.job_id})"
@@ -126,6 +127,7 @@ class JobRunner(CoordinatorBase):
             rec.state, rec.progress = "running", float(coord.progress)
             self.store.save_job(rec)
             self._changed()
+        self.metrics.job_started(rec.job_id, rec.algorithm)
         self._drive(rec, act, algo, coord, first)
 
     def _job_parties(self, rec: JobRecord) -> list[str] | None:
@@ -258,6 +260,8 @@ class JobRunner(CoordinatorBase):
 
         def on_round(task: Task, c: CoordinatorAlgorithm) -> None:
             nonlocal last_save
+            self.metrics.round_done(rec.job_id, rec.algorithm, int(task.round),
+                                    *((secure.dropouts, secure.aborted_rounds) if secure is not None else (0, 0)))
             with self._cond:
                 rec.rounds += 1
                 rec.progress = float(c.progress)
@@ -271,6 +275,9 @@ class JobRunner(CoordinatorBase):
         except JobFailed as exc:
             self._finish(rec, "cancelled" if rec.job_id in self._cancel else "failed", str(exc))
             return
+        finally:
+            if secure is not None:
+                self.metrics.secure_totals(rec.job_id, secure.dropouts, secure.aborted_rounds)
         self.store.save_model(rec.job_id, coord.model())
         rec.summary = jsonable({**coord.summary(), **(secure.summary() if secure is not None else {})})
         rec.progress = 1.0
@@ -296,6 +303,7 @@ class JobRunner(CoordinatorBase):
             for i, r in results.items():
                 if r["errors"] and not tolerant:
                     who, err = sorted(r["errors"].items())[0]
+                    self.metrics.refusal(job, who, err)
                     with self._cond:
                         self._fail(act, f"party {who!r} refused task {act.round} of job {job}: {err}")
                         raise JobFailed(act.failure)
@@ -305,6 +313,8 @@ class JobRunner(CoordinatorBase):
                         raise JobFailed(act.failure)
                 if r["complete"] or (final and tolerant):
                     parts.extend(r["parts"])
+                    for agg in r["parts"]:
+                        self.metrics.shard_part(job, i, sum(np.asarray(a).nbytes for a in agg.arrays.values()))
                     for who, err in r["errors"].items():
                         log.info("job %s round %d: %s dropped out (%s)", job, act.round, who, err)
                     del calls[i]
@@ -324,11 +334,13 @@ class JobRunner(CoordinatorBase):
         with self._cond:
             for p, r in act.responses.items():
                 if p in act.mismatch:
+                    self.metrics.refusal(rec.job_id, p, act.mismatch[p])
                     continue
                 if r.accept:
                     rec.party_epsilon[p] = float(r.epsilon_job)
                 else:
                     rec.refusals[p] = r.reason or "no reason given"
+                    self.metrics.refusal(rec.job_id, p, rec.refusals[p])
             self.store.save_job(rec)
 
     def _broadcast(self, act: Active, task: Task, per_party: Mapping[str, Task] | None = None,
@@ -369,6 +381,7 @@ class JobRunner(CoordinatorBase):
                     continue
                 for m in msgs:
                     sess.outbox.put(m)
+                self.metrics.sent(sum(m.ByteSize() for m in msgs))
 
     def _broadcast_to_shards(self, act: Active, task: Task, out: Mapping[str, list], per_party: bool,
                              merge: Combine | None = None) -> None:
@@ -395,3 +408,4 @@ class JobRunner(CoordinatorBase):
                 groups.setdefault(id(out[p]), ([], out[p]))[0].append(sess.token)
             for tokens, msgs in groups.values():
                 self.pool.submit(i, ("send", tokens, msgs))
+                self.metrics.sent(len(tokens) * sum(m.ByteSize() for m in msgs), shard=i)

@@ -57,6 +57,9 @@ import numpy as np
 
 from coordinator.config import CoordinatorConfig
 from coordinator.gate import gated_server
+from coordinator.console import console_routes
+from coordinator.metrics import CONTENT_TYPE, Metrics
+from coordinator.web import Reply, WebServer, start_web
 from coordinator.party_calls import PartyCalls
 from coordinator.runner import JobRunner
 from coordinator.rpc import Abort, check_version, guard, guard_stream
@@ -86,6 +89,7 @@ class Coordinator(PartyCalls, JobRunner):
     def __init__(self, config: CoordinatorConfig) -> None:
         self.config = config
         self.store = StateStore(config.state_dir)
+        self.metrics = Metrics(self.status)
         self.jobs: dict[str, JobRecord] = self.store.load_jobs()
         self._cond = threading.Condition()
         self._version = 0                               # bumped on every observable change
@@ -124,11 +128,13 @@ class Coordinator(PartyCalls, JobRunner):
             jobs = [j.to_dict() for j in sorted(self.jobs.values(), key=lambda j: j.created)]
         budget = self.store.budget()
         parties = []
+        with self._cond:
+            shard_of = {n: s.shard for n, s in self._sessions.items()}
         for name in sorted(set(budget) | set(self.store.parties) | connected):
             facts = self.store.parties.get(name, {})
             last = now if name in connected else seen.get(name, facts.get("registered"))
             parties.append({"name": name, "connected": name in connected, "last_seen": last,
-                            **budget.get(name, {"epsilon_spent": 0.0})})
+                            "shard": shard_of.get(name, -1), **budget.get(name, {"epsilon_spent": 0.0})})
         out = {"parties": parties, "jobs": jobs, "now": now, "max_concurrent_jobs": self.config.max_concurrent_jobs}
         if self.pool is not None:
             with self._cond:
@@ -344,13 +350,19 @@ class _AdminService(pbg.AdminServicer):
 
 @dataclass
 class RunningServer:
-    """A started coordinator: ``port`` it listens on; ``stop()`` shuts it down."""
+    """A started coordinator: ``port`` it listens on; ``stop()`` shuts it down. ``console`` and ``metrics``:
+    its read-only HTTPS servers when ``console_port`` / ``metrics_port`` are set (their ``port``)."""
 
     coordinator: Coordinator
     server: grpc.Server
     port: int
+    console: WebServer | None = None
+    metrics: WebServer | None = None
 
     def stop(self, grace: float = 2.0) -> None:
+        for web in (self.console, self.metrics):
+            if web is not None:
+                web.stop()
         self.coordinator.stop()
         self.server.stop(grace).wait()
 
@@ -381,4 +393,27 @@ def serve(config: CoordinatorConfig, *, max_workers: int = MAX_HANDLER_THREADS) 
         raise OSError(f"could not listen on {config.listen}")
     server.start()
     log.info("coordinator listening on %s (port %d)", config.listen, port)
-    return RunningServer(coord, server, port)
+    running = RunningServer(coord, server, port)
+    try:
+        _start_web(running, config)
+    except OSError:
+        running.stop()
+        raise
+    return running
+
+
+def _start_web(running: RunningServer, config: CoordinatorConfig) -> None:
+    """The console and the metrics endpoint, on the host of ``listen``, when their ports are set."""
+    host = config.listen.rpartition(":")[0].strip("[]") or "0.0.0.0"
+    tls = None if config.insecure else config.tls
+    coord = running.coordinator
+    if config.console_port >= 0:
+        exact, prefixes = console_routes(coord)
+        running.console = start_web(host, config.console_port, exact, tls, "console", prefixes)
+    if config.metrics_port >= 0:
+        metrics = coord.metrics
+
+        def scrape(q: dict[str, str]) -> Reply:
+            return Reply(metrics.exposition(), CONTENT_TYPE)
+
+        running.metrics = start_web(host, config.metrics_port, {"/metrics": scrape}, tls, "metrics")

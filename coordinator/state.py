@@ -259,6 +259,25 @@ class StateStore:
                              "over_limit": bool(spent > limit or reported > limit)}
             return out
 
+    def budget_history(self) -> dict[str, list[tuple[float, float]]]:
+        """Per party: (time, epsilon spent after it) at every plan the party accepted, from the mirror ledgers
+        (a plan the RDP mirror holds adds to the PLD mirror's total, as in :meth:`spent`)."""
+        with self._lock:
+            steps: dict[str, list[tuple[float, int, float]]] = {}
+            for k, (acc, folder) in enumerate((("pld", "budget"), ("rdp", "budget-rdp"))):
+                for path in sorted((self.root / folder).glob("*.sqlite")):
+                    rows = self._ledger(path.stem, acc).history()["charges"]
+                    steps.setdefault(path.stem, []).extend(
+                        (float(r["created_at"]), k, float(r["epsilon_after"])) for r in rows)
+        out: dict[str, list[tuple[float, float]]] = {}
+        for name, events in steps.items():
+            latest, points = [0.0, 0.0], []
+            for t, k, eps in sorted(events):
+                latest[k] = eps
+                points.append((t, latest[0] + latest[1]))
+            out[name] = points
+        return out
+
     def close(self) -> None:
         with self._lock:
             for led in self._ledgers.values():

@@ -1,5 +1,5 @@
 """Operator commands: ``dpfed coordinator serve``, ``status``, ``job submit|wait|cancel|resume``,
-``model get`` and ``certs init|issue|request|sign|revoke``.
+``model get`` and ``certs init|issue|request|sign|revoke|token``.
 
 Commands that talk to a running coordinator take ``--coordinator HOST:PORT`` and an operator
 certificate ``--cert FILE`` (key: same path with ``.key``, CA: ``ca.crt`` beside it, or ``--key``/
@@ -151,7 +151,7 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
 def _add_certs(sub: argparse._SubParsersAction) -> None:
     """``dpfed certs init|issue|request|sign|revoke``."""
     ce = sub.add_parser("certs", help="a small certificate authority for mutual TLS")
-    csub = ce.add_subparsers(dest="certs_command", metavar="{init,issue,request,sign,revoke}")
+    csub = ce.add_subparsers(dest="certs_command", metavar="{init,issue,request,sign,revoke,token}")
     ce.set_defaults(func=lambda a: (ce.print_help(), 2)[1])
     init = csub.add_parser("init", help="create a CA (ca.crt, ca.key) in DIR")
     init.add_argument("dir", metavar="DIR")
@@ -184,6 +184,11 @@ def _add_certs(sub: argparse._SubParsersAction) -> None:
     rv.add_argument("name", metavar="NAME")
     rv.add_argument("--ca", required=True, metavar="DIR", help="the CA directory")
     rv.set_defaults(func=_cmd_certs_revoke)
+    tk = csub.add_parser("token", help="a short-lived operator token for the console and metrics (signed by the CA)")
+    tk.add_argument("name", metavar="NAME", help="the operator's name")
+    tk.add_argument("--ca", required=True, metavar="DIR", help="the CA directory")
+    tk.add_argument("--hours", type=float, default=12.0, help="validity in hours (default 12, at most 720)")
+    tk.set_defaults(func=_cmd_certs_token)
 
 
 # ---------------------------------------------------------------------- commands
@@ -329,7 +334,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
             job_id = c.submit_job(args.algorithm, params, parties=args.parties, job_id=args.job_id)
             print(job_id, flush=True)
             if args.wait:
-                rec = c.wait(job_id, raise_on_failure=False)
+                rec = _wait(c, job_id)
                 _print_record(rec)
                 return 0 if rec.get("state") == "done" else 1
     except grpc.RpcError as exc:
@@ -353,10 +358,25 @@ def secure_defaults(params: dict[str, Any], args: argparse.Namespace) -> str | N
     return None
 
 
+def _wait(c: Any, job_id: str) -> dict[str, Any]:
+    """The job's final record; on a terminal, with a progress bar on stderr (round r of T, time left)."""
+    from dpfed.cli.progress import RoundsBar, wants_bar
+
+    if not wants_bar():
+        return c.wait(job_id, raise_on_failure=False)
+    bar, rec = RoundsBar(job_id), {}
+    try:
+        for rec in c.watch(job_id):
+            bar(rec)
+    finally:
+        bar.close()
+    return rec
+
+
 def _cmd_wait(args: argparse.Namespace) -> int:
     try:
         with _client(args) as c:
-            rec = c.wait(args.job_id, raise_on_failure=False)
+            rec = _wait(c, args.job_id)
     except grpc.RpcError as exc:
         return _rpc_error(exc, "job wait")
     _print_record(rec)
@@ -368,7 +388,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         with _client(args) as c:
             rec = c.resume(args.job_id)
             if args.wait:
-                rec = c.wait(args.job_id, raise_on_failure=False)
+                rec = _wait(c, args.job_id)
     except grpc.RpcError as exc:
         return _rpc_error(exc, "job resume")
     _print_record(rec)
@@ -454,4 +474,16 @@ def _cmd_certs_revoke(args: argparse.Namespace) -> int:
         print(f"dpfed certs revoke: error: {exc}", file=sys.stderr)
         return 1
     print(crl)
+    return 0
+
+
+def _cmd_certs_token(args: argparse.Namespace) -> int:
+    from dpfed.federation.console_token import issue_token
+
+    try:
+        token = issue_token(args.name, args.ca, hours=args.hours)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"dpfed certs token: error: {exc}", file=sys.stderr)
+        return 1
+    print(token)
     return 0

@@ -23,6 +23,7 @@ from dpfed.data.datasets import Dataset, kfold_indices, load_dataset, split_part
 from dpfed.data.schema import Schema
 from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.params import validate
+from dpfed.cli.progress import FractionBar, wants_bar
 from dpfed.cli.schema import parse_bounds
 
 __all__ = ["add_commands", "run_simulation"]
@@ -232,7 +233,8 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
         if i == 0:  # the plan every party will check, checked here first: a refusal is one line, nothing started
             _preflight(algo, spec, args.parties, sum(len(Xp) for Xp, _ in party_data))
         label = f"{args.algorithm} fold {i + 1}/{len(folds)}" if len(folds) > 1 else args.algorithm
-        runs.append(_run_job(args, spec, party_data, _Progress(label, enabled=True)))
+        progress = FractionBar(label) if wants_bar(json_output=args.json) else _Progress(label, enabled=True)
+        runs.append(_run_job(args, spec, party_data, progress))
         metrics.append(algo.evaluate(runs[-1].model, Xte, yte, ds.schema))
     out = _result(args, algo, ds, delta, runs, metrics)
     out["wall_seconds"] = time.perf_counter() - t0

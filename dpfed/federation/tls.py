@@ -29,7 +29,8 @@ import grpc
 from dpfed.core.errors import DpfedError
 
 __all__ = ["TlsFiles", "server_credentials", "channel_credentials", "peer_identity", "warn_insecure",
-           "INSECURE_WARNING", "PeerRefused", "check_coordinator", "revoked_serials", "peer_revoked"]
+           "INSECURE_WARNING", "PeerRefused", "check_coordinator", "revoked_serials", "peer_revoked",
+           "peer_certificate_facts"]
 
 INSECURE_WARNING = ("WARNING: --insecure: plain-text gRPC WITHOUT TLS. Anyone on the network can read "
                     "the released statistics and impersonate parties or the coordinator. Use only for "
@@ -86,6 +87,18 @@ def peer_identity(context: grpc.ServicerContext) -> tuple[str, str] | None:
     if cn:
         return cn[0].decode(), ""
     return None
+
+
+def peer_certificate_facts(context: grpc.ServicerContext) -> dict[str, float | str]:
+    """Public facts of the caller's verified certificate for the operator's console: its expiry (unix time)
+    and serial number (hex); empty on a plain-text channel."""
+    pem = context.auth_context().get("x509_pem_cert")
+    if not pem:
+        return {}
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(pem[0])
+    return {"cert_expires": cert.not_valid_after_utc.timestamp(), "cert_serial": format(cert.serial_number, "x")}
 
 
 class PeerRefused(DpfedError, ConnectionError):
