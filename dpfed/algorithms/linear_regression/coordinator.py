@@ -12,6 +12,7 @@ from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, 
 from dpfed.algorithms.linear_regression.model import postprocess
 from dpfed.algorithms.linear_regression.plan import TASK_KIND, Layout, job_method
 from dpfed.algorithms.linear_regression.release import plan_release
+from dpfed.algorithms.one_release import check_contributors
 
 __all__ = ["LinearRegressionCoordinator"]
 
@@ -40,22 +41,14 @@ class LinearRegressionCoordinator(CoordinatorAlgorithm):
     def absorb(self, task: Task, combined: Aggregate) -> None:
         if task.kind != TASK_KIND or task.round != 0 or self._model is not None:
             raise ValueError("linear regression absorbs exactly one answer set, for its round-0 task")
-        got = set(combined.parties)
-        missing, unknown = set(self.parties) - got, got - set(self.parties)
-        if self.secure and not combined.parties:
-            raise ValueError(f"the linear-regression round was aborted: fewer than {self.min_survivors} parties "
-                             "contributed (nothing was unmasked)")
-        if self.secure and not unknown and len(got) >= self.min_survivors:  # SecAgg: the survivors' sum
-            missing = set()
-        if missing or unknown:
-            raise ValueError(f"expected answers from exactly the {len(self.parties)} job parties; "
-                             f"missing {sorted(missing)}, unknown {sorted(unknown)}")
+        got = check_contributors(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors,
+                                 learner="linear-regression")
         total = np.asarray(combined.arrays.get("stats", np.zeros(0)))
         if total.shape != (self.layout.length,) or not np.issubdtype(total.dtype, np.integer):
             raise ValueError(f"expected integer 'stats' vectors of length {self.layout.length}, "
                              f"got dtype {total.dtype} shape {tuple(total.shape)}")
-        self.survivors = len(got)  # one noise release (or share) per contributor
-        self._model = postprocess(total.astype(np.int64), self.layout, self.plan, len(got),
+        self.survivors = got  # one noise release (or share) per contributor
+        self._model = postprocess(total.astype(np.int64), self.layout, self.plan, got,
                                   max(self.spec.delta, 1e-300))
 
     @property

@@ -12,6 +12,7 @@ from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, 
 from dpfed.algorithms.naive_bayes.model import postprocess
 from dpfed.algorithms.naive_bayes.plan import TASK_KIND, Layout, job_options
 from dpfed.algorithms.naive_bayes.release import plan_release
+from dpfed.algorithms.one_release import check_contributors
 
 __all__ = ["NaiveBayesCoordinator"]
 
@@ -41,22 +42,14 @@ class NaiveBayesCoordinator(CoordinatorAlgorithm):
     def absorb(self, task: Task, combined: Aggregate) -> None:
         if task.kind != TASK_KIND or task.round != 0 or self._model is not None:
             raise ValueError("naive Bayes absorbs exactly one answer set, for its round-0 task")
-        got = set(combined.parties)
-        missing, unknown = set(self.parties) - got, got - set(self.parties)
-        if self.secure and not combined.parties:
-            raise ValueError(f"the naive Bayes round was aborted: fewer than {self.min_survivors} parties "
-                             "contributed (nothing was unmasked)")
-        if self.secure and not unknown and len(got) >= self.min_survivors:  # SecAgg: the survivors' sum
-            missing = set()
-        if missing or unknown:
-            raise ValueError(f"expected answers from exactly the {len(self.parties)} job parties; "
-                             f"missing {sorted(missing)}, unknown {sorted(unknown)}")
+        got = check_contributors(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors,
+                                 learner="naive Bayes")
         total = np.asarray(combined.arrays.get("stats", np.zeros(0)))
         if total.shape != (self.layout.length,) or not np.issubdtype(total.dtype, np.integer):
             raise ValueError(f"expected integer 'stats' vectors of length {self.layout.length}, "
                              f"got dtype {total.dtype} shape {tuple(total.shape)}")
-        self.survivors = len(got)  # noise_var is per share: the sum holds one per contributor
-        self._model = postprocess(total.astype(np.int64), self.layout, self.plan, len(got), self.alpha,
+        self.survivors = got  # noise_var is per share: the sum holds one per contributor
+        self._model = postprocess(total.astype(np.int64), self.layout, self.plan, got, self.alpha,
                                   self.var_floor)
 
     @property
