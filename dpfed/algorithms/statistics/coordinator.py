@@ -9,6 +9,7 @@ import numpy as np
 
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
+from dpfed.algorithms.one_release import check_contributors
 from dpfed.algorithms.statistics.estimate import Answer, estimate_all
 from dpfed.algorithms.statistics.plan import CONFIDENCE, TASK_KIND, job_layout
 from dpfed.algorithms.statistics.release import plan_release
@@ -50,22 +51,13 @@ class StatisticsCoordinator(CoordinatorAlgorithm):
     def absorb(self, task: Task, combined: Aggregate) -> None:
         if task.kind != TASK_KIND or task.round != 0 or self._answers is not None:
             raise ValueError("statistics absorbs exactly one answer set, for its round-0 task")
-        got = set(combined.parties)
-        missing, unknown = set(self.parties) - got, got - set(self.parties)
-        if self.secure and not combined.parties:
-            raise ValueError(f"the statistics round was aborted: fewer than {self.min_survivors} parties "
-                             "contributed (nothing was unmasked)")
-        if self.secure and not unknown and len(got) >= self.min_survivors:  # SecAgg: the survivors' sum
-            missing = set()
-        if missing or unknown:
-            raise ValueError(f"expected answers from exactly the {len(self.parties)} job parties; "
-                             f"missing {sorted(missing)}, unknown {sorted(unknown)}")
+        got = check_contributors(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors,
+                                 learner="statistics")
         total = np.asarray(combined.arrays.get("stats", np.zeros(0)))
         if total.shape != (self.layout.length,) or not np.issubdtype(total.dtype, np.integer):
             raise ValueError(f"expected integer 'stats' vectors of length {self.layout.length}, "
                              f"got dtype {total.dtype} shape {tuple(total.shape)}")
-        self.survivors = len(got)
-        shares = len(got)  # one noise draw per answer (local: the full noise; ddgauss: one share)
+        self.survivors = shares = got  # one noise draw per answer (local: the full noise; ddgauss: one share)
         var = np.array([self.plan.entry_variance(b, shares) for b in range(self.layout.n_blocks)])
         self._answers = estimate_all(self.layout, self.spec.schema, total.astype(np.int64), self.plan.weights, var,
                                      self.plan.mechanism, float(self.spec.params.get("confidence", CONFIDENCE)))
