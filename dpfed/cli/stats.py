@@ -54,6 +54,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--key", default=None)
     p.add_argument("--ca", default=None)
     p.add_argument("--insecure", action="store_true", help="with --coordinator: plain text (testing only)")
+    p.add_argument("--records", type=int, default=None, metavar="N",
+                   help="with --coordinator and --noise distributed: a public bound on the total number of records "
+                        "over the parties (the secure-aggregation modulus; from their documentation, not their data)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_main)
 
@@ -110,9 +113,15 @@ def _submit(args: argparse.Namespace, queries: list[str]) -> dict[str, Any]:
     from dpfed import stats
 
     names = list(args.parties or [])
+    secure = {}
+    if args.noise == "distributed":
+        if args.records is None:
+            raise ValueError("--noise distributed needs --records N: a public bound on the total number of records "
+                             "over the parties (it sets the secure-aggregation modulus)")
+        secure["records"] = int(args.records)
     params = stats.job_params(queries, epsilon=args.epsilon, delta=args.delta, group_by=args.group_by,
                               noise=args.noise, mechanism=args.mechanism, confidence=args.confidence,
-                              parties=max(len(names), 2))
+                              parties=max(len(names), 2), **secure)
     if args.noise == "distributed" and not names:
         params.pop("min_survivors", None)  # every party of the roster
     if not args.insecure and not args.cert:

@@ -102,8 +102,12 @@ def test_job_submit_works_for_every_algorithm(request, algorithm, capsys):
 
 def test_dpfed_stats_against_a_coordinator(deployment, capsys):
     """``dpfed stats --coordinator``: the same job through the coordinator and the two party daemons (their own
-    records and ledgers), answers with intervals in the JSON."""
+    records and ledgers), answers with intervals in the JSON; a distributed job without --records is refused in
+    one line before anything is sent (two parties are too few for SecAgg's threshold: secure statistics over
+    daemons are tested in test_net_secure_statistics.py)."""
     root, conn = deployment
+    assert main(["stats", *conn, "--epsilon", "1", "--mean", "x0", "--noise", "distributed"]) == 2
+    assert "--records N" in capsys.readouterr().err
     code = main(["stats", *conn, "--parties", "party-0", "party-1", "--epsilon", "2", "--mean", "x0",
                  "--median", "x1", "--count", "--group-by", "class", "--json"])
     out, err = capsys.readouterr()
