@@ -60,7 +60,8 @@ def _walk(x: np.ndarray, forest, t: int) -> int:
         if forest.numeric[f]:
             right = min(max(x[f], forest.lower[f]), forest.upper[f]) >= forest.threshold[t, node]
         else:
-            right = bool(forest.goes_right[t, node, int(x[f])])
+            c = int(x[f])
+            right = bool((int(forest.goes_right[t, node, c // 64]) >> (c % 64)) & 1)
         node = 2 * node + 1 + int(right)
     return node - nodes
 

@@ -27,7 +27,7 @@ def route(X: np.ndarray, forest: Forest) -> np.ndarray:
     X = np.asarray(X, dtype=np.float64)
     n, T, D = len(X), forest.trees, forest.depth
     out = np.empty((T, n), np.int64)
-    m_max = forest.goes_right.shape[2]
+    m_max = 64 * forest.goes_right.shape[2]
     Xc = np.where(forest.numeric, np.clip(X, forest.lower, forest.upper), np.clip(np.nan_to_num(X), 0, m_max - 1))
     t_idx = np.arange(T)[:, None]
     for start in range(0, n, _CHUNK):
@@ -38,8 +38,9 @@ def route(X: np.ndarray, forest: Forest) -> np.ndarray:
             f = forest.feature[t_idx, node]
             x = block[rows, f]
             is_num = forest.numeric[f]
-            codes = np.where(is_num, 0.0, x).astype(np.int64)
-            right = np.where(is_num, x >= forest.threshold[t_idx, node], forest.goes_right[t_idx, node, codes])
+            codes = np.where(is_num, 0.0, x).astype(np.uint64)
+            bits = forest.goes_right[t_idx, node, (codes >> np.uint64(6)).astype(np.int64)] >> (codes & np.uint64(63))
+            right = np.where(is_num, x >= forest.threshold[t_idx, node], (bits & np.uint64(1)).astype(bool))
             node = 2 * node + 1 + right
         out[:, start:start + len(block)] = node - (forest.leaves - 1)
     return out
@@ -72,7 +73,7 @@ def forest_from_model(model: Mapping[str, np.ndarray]) -> Forest:
     """The structure stored in a model's arrays."""
     proba = np.asarray(model["leaf_proba"])
     return Forest(np.asarray(model["feature"], dtype=np.int64), np.asarray(model["threshold"], dtype=np.float64),
-                  np.asarray(model["goes_right"], dtype=bool), np.asarray(model["numeric"], dtype=bool),
+                  np.asarray(model["goes_right"], dtype=np.uint64), np.asarray(model["numeric"], dtype=bool),
                   np.asarray(model["lower"], dtype=np.float64), np.asarray(model["upper"], dtype=np.float64),
                   int(proba.shape[2]))
 

@@ -2,7 +2,7 @@
 command-line options.
 
 Caps: the released vector has T 2^D k entries (trees x leaves x classes) and the structure holds
-T (2^D - 1) m_max category flags (m_max the largest categorical domain); both are capped
+T (2^D - 1) nodes (a feature, a threshold and ceil(m_max / 64) words of category bits each); both are capped
 (:data:`MAX_COUNTS`, :data:`MAX_STRUCTURE`) on top of the per-parameter caps, because leaves = 2^depth explode.
 """
 from __future__ import annotations
@@ -24,8 +24,8 @@ MAX_TREES = 1024
 MAX_DEPTH = 20
 #: Largest released count vector (trees x 2^depth x classes): 2^22 int64 entries, 32 MB per answer.
 MAX_COUNTS = 1 << 22
-#: Largest structure (trees x (2^depth - 1) x largest categorical domain flags).
-MAX_STRUCTURE = 1 << 26
+#: Largest structure: trees x (2^depth - 1) nodes x words of category bits (2^23: about 200 MB while drawn).
+MAX_STRUCTURE = 1 << 23
 
 PARAMS = ParamTable((
     EPSILON, delta_param(1e-6),
@@ -69,9 +69,9 @@ def check_params(p: dict[str, Any], schema: Schema | None) -> None:
         return
     if schema.n_classes < 1:
         raise TaskRejected("random forest needs a schema with label classes (n_classes >= 1)")
-    m_max = int(max([1, *schema.domain_sizes.tolist()]))
-    check_product("", trees * (leaves - 1) * m_max, MAX_STRUCTURE,
-                  "random forest structure trees x (2^depth - 1) x largest domain", ["trees", "depth"])
+    words = -(-int(max([1, *schema.domain_sizes.tolist()])) // 64)
+    check_product("", trees * (leaves - 1) * words, MAX_STRUCTURE,
+                  "random forest structure nodes trees x (2^depth - 1) x ceil(largest domain / 64)", ["trees", "depth"])
     try:
         usable_features(schema, feats)
     except ValueError as exc:

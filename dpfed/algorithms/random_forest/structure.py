@@ -32,11 +32,11 @@ __all__ = ["Forest", "draw_forest", "forest_for", "seed_material", "usable_featu
 @dataclass(frozen=True)
 class Forest:
     """T trees of depth D: per internal node its feature, threshold (NaN for a categorical split) and, per
-    category code, whether the code goes right."""
+    category code, whether the code goes right (one bit per code, W = ceil(m_max / 64) words)."""
 
     feature: np.ndarray       # (T, 2^D - 1) int64
     threshold: np.ndarray     # (T, 2^D - 1) float64
-    goes_right: np.ndarray    # (T, 2^D - 1, m_max) bool; m_max >= 1
+    goes_right: np.ndarray    # (T, 2^D - 1, W) uint64: bit c % 64 of word c // 64 set when code c goes right
     numeric: np.ndarray       # (d,) bool
     lower: np.ndarray         # (d,) float64 public bounds (0 for categorical)
     upper: np.ndarray         # (d,) float64
@@ -104,23 +104,32 @@ def draw_forest(schema: Schema, trees: int, depth: int, seed: str,
     num = np.asarray(schema.numeric, dtype=bool)
     nodes = (1 << depth) - 1
     feature = usable[gen.integers(0, len(usable), size=(trees, nodes))]
-    m_max = max(1, int(_sizes(schema).max()))
-    goes_right = gen.random((trees, nodes, m_max)) < 0.5
+    words = max(1, -(-int(_sizes(schema).max()) // 64))
+    goes_right = gen.integers(0, np.iinfo(np.uint64).max, size=(trees, nodes, words), dtype=np.uint64,
+                              endpoint=True)
     u = gen.random((trees, nodes))
     threshold = np.full((trees, nodes), np.nan)
-    low = np.broadcast_to(lo, (trees, 1, len(lo))).copy()    # each node's remaining interval per feature
-    high = np.broadcast_to(hi, (trees, 1, len(hi))).copy()
+    cols = np.flatnonzero(num)                       # intervals are tracked for the numeric features only
+    slot = np.zeros(len(num), np.int64)
+    slot[cols] = np.arange(len(cols))
+    low = np.broadcast_to(lo[cols], (trees, 1, len(cols))).copy()   # each node's remaining interval
+    high = np.broadcast_to(hi[cols], (trees, 1, len(cols))).copy()
     for level in range(depth):
         a, b = (1 << level) - 1, (1 << (level + 1)) - 1
         f = feature[:, a:b]
+        is_num, s = num[f], slot[f]
         t_idx, n_idx = np.meshgrid(np.arange(trees), np.arange(b - a), indexing="ij")
-        lo_f, hi_f = low[t_idx, n_idx, f], high[t_idx, n_idx, f]
+        if not len(cols):
+            continue
+        lo_f, hi_f = low[t_idx, n_idx, s], high[t_idx, n_idx, s]
         thr = lo_f + u[:, a:b] * (hi_f - lo_f)
-        threshold[:, a:b] = np.where(num[f], thr, np.nan)
+        threshold[:, a:b] = np.where(is_num, thr, np.nan)
+        if level == depth - 1:
+            break
         low, high = np.repeat(low, 2, axis=1), np.repeat(high, 2, axis=1)
         left, right = 2 * n_idx, 2 * n_idx + 1
-        high[t_idx, left, f] = np.where(num[f], thr, high[t_idx, left, f])
-        low[t_idx, right, f] = np.where(num[f], thr, low[t_idx, right, f])
+        high[t_idx, left, s] = np.where(is_num, thr, high[t_idx, left, s])
+        low[t_idx, right, s] = np.where(is_num, thr, low[t_idx, right, s])
     arrays = [feature.astype(np.int64), threshold, goes_right, num.copy(), lo, hi]
     for a in arrays:  # shared by both halves through the cache: read-only
         a.flags.writeable = False
