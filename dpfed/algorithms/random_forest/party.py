@@ -10,7 +10,8 @@ from typing import Iterator
 import numpy as np
 from dp_accounting import dp_event
 
-from dpfed.algorithms.contract import JobSpec, PartyAlgorithm, Released, Task, TaskRejected
+from dpfed.algorithms.contract import JobSpec, Released, Task, TaskRejected
+from dpfed.algorithms.one_release import OneReleaseParty
 from dpfed.algorithms.random_forest import secure
 from dpfed.algorithms.random_forest.model import leaf_counts
 from dpfed.algorithms.random_forest.plan import TASK_KIND, job_forest
@@ -23,28 +24,15 @@ from dpfed.core.rng import SecureRNG
 __all__ = ["ForestParty", "SecureForestParty"]
 
 
-class ForestParty(PartyAlgorithm):
+class ForestParty(OneReleaseParty):
     """The party half: one task, the noisy per-leaf class counts of every tree."""
 
     builtin = True
+    task_kind = TASK_KIND
+    learner = "random forest"
 
-    def job_event(self, spec: JobSpec) -> dp_event.DpEvent:
-        try:
-            return plan_release(spec).event
-        except ValueError as exc:
-            raise TaskRejected(f"invalid random forest parameters: {exc}") from None
-
-    def check_task(self, spec: JobSpec, task: Task) -> None:
-        if task.job_id != spec.job_id:
-            raise TaskRejected(f"task is for job {task.job_id!r}, not {spec.job_id!r}")
-        if task.kind != TASK_KIND or task.round != 0:
-            raise TaskRejected(f"the random forest answers one task ({TASK_KIND!r}, round 0); got {task.kind!r} "
-                               f"round {task.round}")
-        if task.params or task.arrays:
-            raise TaskRejected("the random forest task carries no parameters (its plan and trees are the job spec)")
-
-    def task_event(self, spec: JobSpec, task: Task) -> dp_event.DpEvent:
-        return plan_release(spec).event  # the job is this one release
+    def release_event(self, spec: JobSpec) -> dp_event.DpEvent:
+        return plan_release(spec).event
 
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
         from dpfed.core.mechanisms import discrete_laplace, rounded_gaussian
