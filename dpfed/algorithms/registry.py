@@ -31,6 +31,10 @@ def algorithm_names() -> list[str]:
 
 
 def get_algorithm(name: str) -> Algorithm:
+    if name.startswith("pca+"):  # PCA as the first step of a job (dpfed.algorithms.pipeline)
+        from dpfed.algorithms.pipeline import compose
+
+        return compose(get_algorithm("pca"), get_algorithm(name[len("pca+"):]))
     if name not in _MODULES:
         raise ValueError(f"unknown algorithm {name!r}; choose one of {', '.join(algorithm_names())}")
     module = importlib.import_module(_MODULES[name])

@@ -299,7 +299,9 @@ def _print_record(rec: dict[str, Any]) -> None:
 
 def _cmd_submit(args: argparse.Namespace) -> int:
     from dpfed.algorithms import get_algorithm
+    from dpfed.algorithms.pca.options import pipeline_name
 
+    args.algorithm = pipeline_name(args.algorithm, args)  # --pca K with another learner: PCA first, one plan
     try:
         algo = get_algorithm(args.algorithm)
     except (ValueError, ModuleNotFoundError):

@@ -209,6 +209,9 @@ def _result(args: argparse.Namespace, algo: Any, ds: Dataset, delta: float, runs
 def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
     """Run the simulation the parsed ``args`` describe and return the JSON-able result."""
     t0 = time.perf_counter()
+    from dpfed.algorithms.pca.options import pipeline_name
+
+    args.algorithm = pipeline_name(args.algorithm, args)  # --pca K with another learner: PCA first, one plan
     algo = get_algorithm(args.algorithm)
     if args.parties < 1:
         raise ValueError("--parties must be >= 1")

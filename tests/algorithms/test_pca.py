@@ -171,3 +171,90 @@ def test_estimator_recovers_a_planted_subspace_and_follows_sklearn_names():
     np.testing.assert_allclose(m.fit_transform(X), Z)  # same seed, same noise
     assert np.all(np.diff(m.explained_variance_) <= 0)
     assert m.explained_variance_ == pytest.approx(np.array([0.2, 0.15, 0.1]) ** 2, rel=0.1)
+
+
+# ------------------------------------------------------------------------------------------ PCA as a first step
+
+PIPE = {"epsilon": 2.0, "delta": 1e-5, "pca_k": 2, "pca_clip": 0.5, "pca_origin": "lower", "pca_mean_share": 0.2,
+        "pca_share": 0.3, "k": 2, "method": "lloyd", "lloyd_iters": 2}
+
+
+def _pipe_spec() -> JobSpec:
+    algo = get_algorithm("pca+kmeans")
+    return JobSpec("pipe", "pca+kmeans", validate(algo, PIPE, BOX), BOX)
+
+
+def test_pipeline_charges_one_composed_plan_equal_to_an_independent_composition():
+    """PCA at (0.3 eps, 0.3 delta) by this file's own bisection, composed with k-means' own job event on the
+    spec the test builds: the box [-C, C]^k, (0.7 eps, 0.7 delta). The party charges exactly that one event at
+    decide, before any release, and nothing more while it answers every round."""
+    spec = _pipe_spec()
+    km = get_algorithm("kmeans")
+    km_params = {k: v for k, v in PIPE.items() if not k.startswith("pca_")}
+    km_params.update(epsilon=0.7 * 2.0, delta=0.7 * 1e-5)
+    km_spec = JobSpec("pipe", "kmeans", validate(km, km_params, Schema.numeric_box(2, -0.5, 0.5)),
+                      Schema.numeric_box(2, -0.5, 0.5, prefix="pc"))
+    want_pca = _expected_event(0.6, 0.3e-5, 0.2)
+    want = dpa.ComposedDpEvent([want_pca, km.party_for(km_spec.params).job_event(km_spec)])
+    party = PartyContext("p", _data(300), None, BOX, BudgetLedger(":memory:", epsilon_limit=1e6, delta_limit=0.5))
+    d = decide(party, spec)
+    assert d.accept, d.reason
+    got = d.event
+    assert isinstance(got, dpa.ComposedDpEvent) and len(got.events) == 2
+    assert got.events[1] == want.events[1]
+    for g_, w_ in zip(got.events[0].events, want_pca.events, strict=True):
+        assert g_.noise_multiplier == pytest.approx(w_.noise_multiplier, rel=3e-4)
+    spent = party.ledger.spent("pipe")
+    assert spent == pytest.approx(d.epsilon_job) and spent <= 2.0 * (1 + 1e-9)
+    # run the job: the coordinator's rounds through this session; the ledger's spend does not move
+    algo = get_algorithm("pca+kmeans")
+    coord = algo.coordinator(spec, ["p"])
+    from dpfed.algorithms.contract import Aggregate
+    from dpfed.algorithms.driver import drive
+
+    rounds = drive(coord, lambda t: [Aggregate(d.session.answer(t), ("p",))], algo.combine)
+    assert rounds == 2 + 1 and party.ledger.spent("pipe") == spent  # PCA: 2 rounds, local k-means: 1
+    model = coord.model()
+    assert model["pca_components"].shape == (2, D) and model["cluster_centers"].shape == (2, 2)
+    assert set(algo.evaluate(model, _data(50, 1), None, BOX)) >= {"inertia"}
+
+
+@pytest.mark.parametrize("step", [0, 1, 2])
+def test_the_release_gate_checks_each_step_against_its_part_of_the_one_plan(step):
+    """An answer reporting twice its round's spend (PCA's rounds 0 and 1, k-means' first round) is refused by the
+    party session before anything leaves."""
+    from dpfed.federation.session import TaskError
+
+    spec = _pipe_spec()
+    party = PartyContext("p", _data(300), None, BOX, BudgetLedger(":memory:", epsilon_limit=1e6, delta_limit=0.5))
+    d = decide(party, spec)
+    half = d.session.half
+    inner = half.answer
+
+    def doubled(spec_, task, X, y, rng):
+        out = inner(spec_, task, X, y, rng)
+        return Released(out.arrays, out.events + out.events) if task.round == step else out
+
+    half.answer = doubled
+    algo = get_algorithm("pca+kmeans")
+    coord = algo.coordinator(spec, ["p"])
+    from dpfed.algorithms.contract import Aggregate
+    from dpfed.algorithms.driver import drive
+
+    with pytest.raises(TaskError, match="outside the charged plan"):
+        drive(coord, lambda t: [Aggregate(d.session.answer(t), ("p",))], algo.combine)
+
+
+def test_pipeline_parties_clamp_the_projection_and_refuse_bad_pca_arrays():
+    from dpfed.algorithms.contract import TaskRejected
+    from dpfed.algorithms.pipeline import project
+
+    spec = _pipe_spec()
+    half = get_algorithm("pca+kmeans").party()
+    task = Task("pipe", 2, "fit", arrays={"pca_center": np.zeros(D), "pca_components": np.full((2, D), 1e9)})
+    Y = project(spec, task, _data(40))
+    assert np.abs(Y).max() <= 0.5  # the box [-C, C] whatever components arrive
+    for bad in ({"pca_center": np.zeros(D)}, {"pca_center": np.zeros(D), "pca_components": np.zeros((3, D))},
+                {"pca_center": np.full(D, np.nan), "pca_components": np.zeros((2, D))}):
+        with pytest.raises(TaskRejected):
+            half.check_task(spec, Task("pipe", 2, "fit", arrays=bad))

@@ -10,7 +10,7 @@ from dpfed.algorithms.pca.plan import DEFAULT_MEAN_SHARE, DEFAULT_MEAN_WEIGHT, M
 from dpfed.core.errors import TaskRejected
 from dpfed.data.schema import Schema
 
-__all__ = ["PARAMS", "PCA_PARAMS", "check_params", "add_arguments", "params_from_args", "pca_args"]
+__all__ = ["PARAMS", "PCA_PARAMS", "check_params", "add_arguments", "params_from_args", "pca_args", "pipeline_name"]
 
 #: The PCA release's own parameters (also those of the PCA step of a pipeline, prefixed ``pca_`` there).
 PCA_PARAMS = (
@@ -70,8 +70,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pca-origin", choices=ORIGINS, default="midpoint", help=PARAMS.get("origin").help)
     parser.add_argument("--pca-mean-weight", type=arg_type(PARAMS, "mean_weight"), default=DEFAULT_MEAN_WEIGHT,
                         help=PARAMS.get("mean_weight").help)
+    parser.add_argument("--pca-share", type=float, default=None, metavar="F",
+                        help="with --pca and another learner: the PCA step's share of epsilon and delta (default 0.25)")
     parser.add_argument("--noise", choices=PARAMS.get("noise").choices, default="local", help=PARAMS.get("noise").help)
 
 
 def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {**pca_args(args), "noise": getattr(args, "noise", "local")}
+
+
+def pipeline_name(algorithm: str, args: argparse.Namespace) -> str:
+    """``pca+ALGORITHM`` when ``--pca K`` asks for PCA as the first step of another learner's job."""
+    if getattr(args, "pca", None) and algorithm != "pca" and not algorithm.startswith("pca+"):
+        return f"pca+{algorithm}"
+    return algorithm
