@@ -198,3 +198,19 @@ def test_five_parties_distributed_noise_in_process():
     for g in range(3):
         r = out["mean(u) by a"]
         assert abs(r["value"][g] - u[a == g].mean()) <= 6 * r["se"][g]
+
+
+@pytest.mark.parametrize("queries", [["mean:nope"], ["quantile:u:2"], ["median:a"], [{"stat": "mean", "column": ["u"]}],
+                                     [{"stat": "histogram", "column": "u", "bins": [1, 2]}], ["histogram:u:bins=x"],
+                                     [["mean", "u"]], [], ["mean:u"] * 65, ["table:a:u"]])
+def test_bad_queries_are_refused_in_one_line_by_the_party(queries):
+    """A coordinator's malformed queries are refused by the parameter check and by the party's own plan (a
+    TaskRejected, never another exception)."""
+    from dpfed.core.errors import TaskRejected
+
+    with pytest.raises(TaskRejected, match="statistics"):
+        validate(get_algorithm("statistics"), {"epsilon": 1.0, "queries": queries}, SCHEMA)
+    spec = JobSpec("bad", "statistics", {"epsilon": 1.0, "delta": 1e-6, "queries": queries}, SCHEMA)
+    if queries:  # an empty list means the default queries for the party's plan
+        with pytest.raises(TaskRejected, match="invalid statistics parameters"):
+            statistics.StatisticsParty().job_event(spec)

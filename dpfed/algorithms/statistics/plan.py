@@ -17,6 +17,7 @@ Distributed noise under secure aggregation is :mod:`.secure`.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -75,15 +76,18 @@ def job_layout(spec: JobSpec) -> Layout:
 
 
 def _freeze(queries: object) -> tuple:
+    """The queries as a hashable cache key (dicts as canonical JSON text; anything else is refused later)."""
     if not isinstance(queries, (list, tuple)):
         raise ValueError("statistics 'queries' must be a list")
-    return tuple(q if isinstance(q, str) else tuple(sorted(dict(q).items())) if isinstance(q, dict) else q
-                 for q in queries)
+    try:
+        return tuple(q if isinstance(q, str) else "\x00" + json.dumps(q, sort_keys=True) for q in queries)
+    except (TypeError, ValueError):
+        raise ValueError("statistics queries must be strings or JSON objects") from None
 
 
 @shared_cache(maxsize=64)
 def _layout(schema_json: str, queries: tuple, group_by: str | None) -> Layout:
-    items = [dict(q) if isinstance(q, tuple) else q for q in queries]
+    items = [json.loads(q[1:]) if q.startswith("\x00") else q for q in queries]
     return Layout.build(parse_queries(items, group_by), Schema.from_json(schema_json))
 
 
