@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from protos.codec import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MESSAGE_BYTES, MIN_PING_INTERVAL_SECONDS
-from dpfed.federation.config import ConfigError, read_toml, tls_from
+from dpfed.federation.config import ConfigError, check_address, check_types, read_toml, tls_from
 from dpfed.federation.tls import TlsFiles
 
 __all__ = ["CoordinatorConfig", "ConfigError", "read_toml", "tls_from"]
@@ -84,6 +84,7 @@ class CoordinatorConfig:
     def __post_init__(self) -> None:
         if not self.insecure and self.tls is None:
             raise ConfigError("the coordinator needs [tls] files unless insecure = true")
+        check_address(self.listen, "listen", "coordinator config", allow_zero=True)
         if not 0 < self.chunk_bytes <= self.max_message_bytes - 65536:
             raise ConfigError("chunk_bytes must be positive and at least 64 KiB below max_message_bytes")
         if not (self.offer_timeout > 0 and self.task_timeout > 0):
@@ -114,6 +115,8 @@ class CoordinatorConfig:
         unknown = sorted(set(t) - known)
         if unknown:
             raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}")
+        check_types(t, cls, path, {"accept_timeout": float, "answer_timeout": float})
+        check_address(t.get("listen", cls.listen), "listen", path, allow_zero=True)  # 0: a free port, printed
         insecure = bool(t.get("insecure", False))
         try:
             return cls(listen=str(t.get("listen", cls.listen)), state_dir=base / str(t.get("state_dir", "state")),

@@ -35,6 +35,17 @@ __all__ = ["JobRunner"]
 log = logging.getLogger("dpfed.coordinator")
 
 
+#: Reasons a resume cannot change (the same parameters are refused again): no resume hint for them.
+HOPELESS = ("bad job", "differs from the job's plan", "invalid job", "unknown algorithm", "no such algorithm")
+
+
+def resume_hint(reason: str, job_id: str) -> str:
+    """What the operator can do about a failed, refused or cancelled job whose resume can succeed."""
+    if "privacy budget exceeded" in reason:
+        return f"a resume succeeds only after the refusing parties raise their limits: dpfed job resume {job_id}"
+    return f"continue it with: dpfed job resume {job_id}"
+
+
 class JobRunner(CoordinatorBase):
     """Runs queued jobs (mixed into :class:`coordinator.server.Coordinator`)."""
 
@@ -68,9 +79,9 @@ class JobRunner(CoordinatorBase):
                 return
             rec.state, rec.reason, rec.finished = state, reason, time.time()
             self.metrics.job_finished(state)
-            rec.resumable = state in RESUMABLE_STATES
+            rec.resumable = state in RESUMABLE_STATES and not any(m in reason for m in HOPELESS)
             if rec.resumable and reason:
-                rec.reason = f"{reason} (continue it with: dpfed job resume {rec.job_id})"
+                rec.reason = f"{reason} ({resume_hint(reason, rec.job_id)})"
             self._cancel.discard(rec.job_id)
             self.store.save_job(rec)
             if self.pool is not None:

@@ -74,6 +74,7 @@ from protos import dpfed_pb2_grpc as pbg
 from protos.codec import PROTOCOL_VERSION, chunk_groups, encode_arrays
 from protos.wire_json import check_json, loads
 from dpfed.federation.plugins import load_algorithm
+from dpfed.federation.own_cert import check_own_certificate
 from dpfed.federation.tls import server_credentials, warn_insecure
 
 __all__ = ["Coordinator", "serve"]
@@ -179,8 +180,10 @@ class Coordinator(PartyCalls, JobRunner):
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT, f"job refused: {why}")
         with self._cond:
             if job_id in self.jobs:
-                raise Abort(grpc.StatusCode.ALREADY_EXISTS, f"job {job_id!r} exists already (to continue it after "
-                             f"a failure: dpfed job resume {job_id})")
+                old = self.jobs[job_id]
+                hint = (f" (to continue it: dpfed job resume {job_id})" if old.resumable
+                        else f" ({old.state}; choose another job id)")
+                raise Abort(grpc.StatusCode.ALREADY_EXISTS, f"job {job_id!r} exists already{hint}")
             rec = JobRecord(job_id, req.algorithm, params, schema, list(req.parties))
             self.jobs[job_id] = rec
             self.store.save_job(rec)
@@ -376,6 +379,8 @@ def serve(config: CoordinatorConfig, *, max_workers: int = MAX_HANDLER_THREADS) 
     """Start the coordinator on ``config.listen`` (port 0 picks a free port); return at once."""
     if config.insecure:
         warn_insecure(log)
+    else:  # the cause in one line, not gRPC's "Failed to bind to address" (issue 29)
+        check_own_certificate(config.tls, "coordinator")
     coord = Coordinator(config)
     server, gate = gated_server(max_workers=max_workers, max_message_bytes=config.max_message_bytes,
                                 min_ping_interval=config.min_ping_interval,
@@ -384,13 +389,16 @@ def serve(config: CoordinatorConfig, *, max_workers: int = MAX_HANDLER_THREADS) 
                                 name="dpfed-rpc")
     gate.add_service(pbg.add_PartyServicer_to_server, _PartyService(coord), server)
     gate.add_service(pbg.add_AdminServicer_to_server, _AdminService(coord), server)
-    if config.insecure:
-        port = server.add_insecure_port(config.listen)
-    else:
-        port = server.add_secure_port(config.listen, server_credentials(config.tls))
+    try:
+        if config.insecure:
+            port = server.add_insecure_port(config.listen)
+        else:
+            port = server.add_secure_port(config.listen, server_credentials(config.tls))
+    except RuntimeError:  # newer gRPC raises "Failed to bind" instead of returning 0
+        port = 0
     if port == 0:
         coord.stop()
-        raise OSError(f"could not listen on {config.listen}")
+        raise OSError(f"could not listen on {config.listen}: port in use (or the address is not this machine's)")
     server.start()
     log.info("coordinator listening on %s (port %d)", config.listen, port)
     running = RunningServer(coord, server, port)

@@ -12,6 +12,8 @@ Example (relative paths are relative to the config file)::
     accountant = "pld"                # "pld" (tight) or "rdp"; fixed when the ledger is created
     insecure = false                  # true = plain text without TLS (debugging only; warns loudly)
     reconnect_seconds = 2.0           # wait between attempts when the coordinator is unreachable
+    max_auth_failures = 10            # stop (exit 1, the cause in this party's log) after this many refused TLS
+                                      # handshakes in a row (0 = retry forever)
     max_message_bytes = 4194304       # gRPC message limit, enforced on send and receive
     max_rows = 100000000              # refuse a data file with more records than this
     max_bytes = 536870912             # refuse a data file larger than this (.csv: on disk; .npz: its arrays
@@ -67,7 +69,7 @@ import numpy as np
 
 from dpfed.data.files import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, load_and_validate
 from dpfed.data.schema import Schema
-from dpfed.federation.config import ConfigError, read_toml, tls_from
+from dpfed.federation.config import ConfigError, check_address, check_types, read_toml, tls_from
 from dpfed.federation.tls import TlsFiles
 from protos.codec import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_ARRAY_BYTES, DEFAULT_MAX_MESSAGE_BYTES
 
@@ -76,7 +78,8 @@ __all__ = ["PartyConfig", "ConfigError", "set_accountant"]
 _KEYS = {"name", "coordinator", "data", "ledger", "epsilon_limit", "delta_limit", "accountant", "insecure",
          "reconnect_seconds", "max_message_bytes", "chunk_bytes", "plugins", "seed", "tls", "schema",
          "schema_file", "exit_with_parent", "simulation", "secure_aggregation", "min_survivors", "dropout",
-         "max_rows", "max_bytes", "max_buffered_bytes", "colluders", "min_honest_shares", "peers"}
+         "max_rows", "max_bytes", "max_buffered_bytes", "colluders", "min_honest_shares", "peers",
+         "max_auth_failures"}
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ class PartyConfig:
     insecure: bool = False
     accountant: str = "pld"
     reconnect_seconds: float = 2.0
+    max_auth_failures: int = 10       # refused TLS handshakes in a row before the daemon stops (0 = never)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     plugins: tuple[str, ...] = field(default=())
@@ -121,6 +125,8 @@ class PartyConfig:
             raise ConfigError("need min_survivors >= 2 and 0 <= dropout < 1")
         if not (self.max_rows >= 1 and self.max_bytes >= 1 and self.max_buffered_bytes >= 1):
             raise ConfigError("need max_rows >= 1 and max_bytes >= 1 (caps on the data file), max_buffered_bytes >= 1")
+        if self.max_auth_failures < 0 or not self.reconnect_seconds > 0:
+            raise ConfigError("need max_auth_failures >= 0 and reconnect_seconds > 0")
         if self.colluders < 0 or self.min_honest_shares < 1:
             raise ConfigError("need colluders >= 0 and min_honest_shares >= 1")
         if not all(isinstance(p, str) and p for p in self.peers):
@@ -142,6 +148,8 @@ class PartyConfig:
         missing = [k for k in ("name", "coordinator", "data", "ledger", "epsilon_limit", "delta_limit") if k not in t]
         if missing:
             raise ConfigError(f"{path}: missing key(s) {', '.join(missing)}")
+        check_types(t, cls, path, {"schema_file": str})
+        check_address(t["coordinator"], "coordinator", path)
         try:
             if "schema_file" in t:
                 schema = Schema.from_json((base / str(t["schema_file"])).read_text())
@@ -157,6 +165,7 @@ class PartyConfig:
                        tls=None if insecure and "tls" not in t else tls_from(t, base, str(path)),
                        insecure=insecure, accountant=str(t.get("accountant", "pld")),
                        reconnect_seconds=float(t.get("reconnect_seconds", 2.0)),
+                       max_auth_failures=_int(t.get("max_auth_failures", 10), "max_auth_failures"),
                        max_message_bytes=int(t.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES)),
                        chunk_bytes=int(t.get("chunk_bytes", DEFAULT_CHUNK_BYTES)),
                        plugins=tuple(str(p) for p in t.get("plugins", ())), seed=t.get("seed"),

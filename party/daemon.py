@@ -29,7 +29,8 @@ import numpy as np
 
 from dpfed.algorithms import algorithm_names
 from dpfed.algorithms.contract import Task
-from dpfed.core.ledger import BudgetLedger
+from dpfed.core.errors import DpfedError
+from dpfed.core.ledger import BudgetLedger, LedgerError
 from dpfed.core.names import NAME_RULE, valid_name
 from dpfed.federation.secure_session import SecAggParty
 from dpfed.federation.session import PartyContext, PartySession, TaskError, decide
@@ -40,6 +41,7 @@ from protos import dpfed_pb2_grpc as pbg
 from protos import wire_json
 from protos.codec import (PROTOCOL_VERSION, SESSION_METADATA, ArrayAssembler, ProtocolError, channel_options,
                           chunk_groups, encode_arrays)
+from dpfed.federation.own_cert import CertificateProblem, check_own_certificate
 from dpfed.federation.tls import PeerRefused, channel_credentials, check_coordinator, revoked_serials, warn_insecure
 
 __all__ = ["PartyDaemon", "main"]
@@ -48,6 +50,10 @@ log = logging.getLogger("dpfed.party")
 
 
 _FATAL = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION)
+
+
+class AuthenticationFailed(DpfedError, ConnectionError):
+    """The coordinator and this party could not authenticate each other ``max_auth_failures`` times in a row."""
 
 
 class _Refused(Exception):
@@ -77,6 +83,8 @@ class PartyDaemon:
 
     @classmethod
     def from_config(cls, config: PartyConfig) -> "PartyDaemon":
+        if not config.insecure and config.tls is not None:  # the cause here, not only in the coordinator's log
+            check_own_certificate(config.tls, "party", config.name)
         X, y = config.load_data()
         log.info("party %s: %d records, %d features validated against the schema", config.name, *X.shape)
         return cls(config, X, y)
@@ -108,15 +116,23 @@ class PartyDaemon:
         """Connect, serve the task stream, reconnect on failure; return after :meth:`stop`."""
         if self.config.insecure:
             warn_insecure(log)
+        refused = 0  # TLS handshakes refused in a row (our certificate, or theirs)
         while not self._stop.is_set():
             try:
                 self._serve_once()
+                refused = 0
             except _Refused as exc:
                 log.error("coordinator refused party %s: %s", self.config.name, exc.error.details())
                 raise exc.error from None
             except (PeerRefused, OSError) as exc:  # not our coordinator (or unreachable): never register there
                 if self._stop.is_set():
                     break
+                refused = refused + 1 if isinstance(exc, PeerRefused) else 0
+                if refused >= self.config.max_auth_failures > 0:
+                    log.error("giving up after %d refused TLS handshakes with %s: %s", refused,
+                              self.config.coordinator, exc)
+                    raise AuthenticationFailed(f"{refused} TLS handshakes with {self.config.coordinator} refused "
+                                               f"in a row (max_auth_failures); last: {exc}") from None
                 log.error("not connecting to %s: %s; retrying in %.1f s", self.config.coordinator, exc,
                           self.config.reconnect_seconds)
             except grpc.RpcError as exc:
@@ -271,7 +287,8 @@ def serve_from_config(path: str, log_level: str = "INFO", insecure: bool = False
         if insecure:
             cfg = dataclasses.replace(cfg, insecure=True, tls=None)
         daemon = PartyDaemon.from_config(cfg)
-    except (ConfigError, DataValidationError) as exc:
+    except (ConfigError, DataValidationError, CertificateProblem, LedgerError) as exc:
+        log.error("%s", exc)
         print(f"dpfed party: error: {exc}", file=sys.stderr)
         return 2
     if cfg.exit_with_parent:
@@ -286,6 +303,9 @@ def serve_from_config(path: str, log_level: str = "INFO", insecure: bool = False
         daemon.run()
     except grpc.RpcError as exc:
         print(f"dpfed party: error: the coordinator refused this party: {exc.details()}", file=sys.stderr)
+        return 1
+    except AuthenticationFailed as exc:
+        print(f"dpfed party: error: {exc}", file=sys.stderr)
         return 1
     finally:
         daemon.close()

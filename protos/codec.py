@@ -75,7 +75,10 @@ def server_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms", int(min_ping_interval_seconds * 1000)),
             ("grpc.http2.max_pings_without_data", 0),
-            ("grpc.server_handshake_timeout_ms", max(int(handshake_timeout_seconds * 1000), 1))]
+            ("grpc.server_handshake_timeout_ms", max(int(handshake_timeout_seconds * 1000), 1)),
+            # no port sharing: with SO_REUSEPORT (gRPC's default on Linux) a second server on a port in use
+            # started and the kernel split the connections between the two (issue 29)
+            ("grpc.so_reuseport", 0)]
     if max_connections > 0:
         opts.append(("grpc.max_allowed_incoming_connections", int(max_connections)))
     return opts

@@ -58,6 +58,17 @@ def one_line(exc: BaseException) -> str:
     return text
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush does not fail on the closed pipe again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``dpfed`` command. A deliberate error (any :class:`DpfedError`: bad parameters, a bad
     file, a refused job) ends with exit code 2 and one line on stderr; anything else is a bug and keeps
@@ -70,7 +81,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:  # `dpfed status | head`: the reader left; no traceback, nothing more to say
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, as if the signal had ended the process
     except DpfedError as exc:
         name = " ".join(x for x in ("dpfed", args.command, getattr(args, "sub_command_name", None)) if x)
         print(f"{name}: error: {one_line(exc)}", file=sys.stderr)

@@ -76,7 +76,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--secure-aggregation", choices=("on", "off"), default="on",
                    help="on: distributed noise runs under SecAgg with discrete noise shares (default); off: the "
                         "float shares of the simulation-only mode")
-    g.add_argument("--dropout", type=float, default=0.0, metavar="F",
+    g.add_argument("--dropout", type=_probability_below_one, default=0.0, metavar="F",
                    help="each party misses each secure round with probability F (simulated in the party session)")
     g.add_argument("--min-survivors", type=int, default=None, metavar="P_MIN",
                    help="noise planned for P_MIN survivors; rounds with fewer abort (default: all parties)")
@@ -88,6 +88,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "is party for a DP-SGD release of >= 65,536 coordinates, else record")
     add_algorithm_arguments(p)
     p.set_defaults(func=_main)
+
+
+def _probability_below_one(text: str) -> float:
+    """argparse type of ``--dropout``: a number in [0, 1), refused at parse time (not when a party dies)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
 
 
 class _Progress:

@@ -118,6 +118,9 @@ class BudgetLedger:
         self.neighbouring = neighbouring
         self.pld_discretization = float(pld_discretization)
         self._lock = threading.RLock()
+        if self.path != ":memory:" and not os.path.isdir(os.path.dirname(os.path.abspath(self.path))):
+            raise LedgerError(f"the ledger's folder {os.path.dirname(os.path.abspath(self.path))} does not exist "
+                              "(create it, or fix the ledger path)")
         self._conn: sqlite3.Connection | None = sqlite3.connect(
             self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
         # Cache of the flattened multiset of everything committed, up to row ``_seen_seq``.

@@ -30,11 +30,15 @@ from dpfed.core.errors import DpfedError
 
 __all__ = ["TlsFiles", "server_credentials", "channel_credentials", "peer_identity", "warn_insecure",
            "INSECURE_WARNING", "PeerRefused", "check_coordinator", "revoked_serials", "peer_revoked",
-           "peer_certificate_facts"]
+           "peer_certificate_facts", "TlsFileMissing"]
 
 INSECURE_WARNING = ("WARNING: --insecure: plain-text gRPC WITHOUT TLS. Anyone on the network can read "
                     "the released statistics and impersonate parties or the coordinator. Use only for "
                     "local debugging.")
+
+
+class TlsFileMissing(DpfedError, FileNotFoundError):
+    """A certificate, key or CA file named in the configuration does not exist (one line names it)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class TlsFiles:
         try:
             return self.ca.read_bytes(), self.cert.read_bytes(), self.key.read_bytes()
         except FileNotFoundError as exc:
-            raise FileNotFoundError(f"TLS file missing: {exc.filename} (create it with 'dpfed certs')") from None
+            raise TlsFileMissing(f"TLS file missing: {exc.filename} (create it with 'dpfed certs')") from None
 
 
 def server_credentials(files: TlsFiles) -> grpc.ServerCredentials:

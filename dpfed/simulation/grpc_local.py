@@ -48,6 +48,26 @@ def _tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
+def remove_folder(root: Path) -> None:
+    """Delete a simulation folder: its private keys first (CA and every endpoint), then the rest."""
+    for key in root.rglob("*.key"):
+        try:
+            key.unlink()
+        except OSError:
+            pass
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _keep_logs(root: Path) -> Path:
+    """Copy the logs (never keys or data) of a failed simulation to a folder of their own; return it."""
+    keep = Path(tempfile.mkdtemp(prefix="dpfed-sim-logs-"))
+    for log_file in root.rglob("*.log"):
+        dest = keep / log_file.relative_to(root)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log_file, dest)
+    return keep
+
+
 def _party_errors(root: Path, names: Sequence[str]) -> str:
     """The last error line each party logged (parties never log record values), as '; NAME: LINE'."""
     out = []
@@ -196,7 +216,7 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
     root = Path(tempfile.mkdtemp(prefix="dpfed-sim-")) if own_dir else Path(workdir)
     root.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen] = []
-    failed = False  # a failed simulation keeps its folder: the parties' logs explain the failure
+    failed = False  # a failed simulation keeps its logs (only: no keys, no data) in a folder of their own
     server = None
     admin = None
     try:
@@ -209,7 +229,8 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
         job_id, record = _offer_and_drive(admin, spec, names, timeout, progress)
         if record.get("state") != "done":
             failed = True
-            raise SimulationError(f"{JobError(record)}{_party_errors(root, names)}; party logs kept in {root}")
+            where = _keep_logs(root) if own_dir else root
+            raise SimulationError(f"{JobError(record)}{_party_errors(root, names)}; party logs kept in {where}")
         model, record = admin.get_model(job_id)  # collect
         return report(model, record.get("summary", {}), record["party_epsilon"], names, int(record.get("rounds", 0)),
                       t0)
@@ -217,15 +238,12 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
         if failed or not own_dir:
             raise
         failed = True
-        raise SimulationError(f"{' '.join(str(exc).split())}; party logs kept in {root}") from None
-    except BaseException:
-        failed = True
-        raise
+        raise SimulationError(f"{' '.join(str(exc).split())}; party logs kept in {_keep_logs(root)}") from None
     finally:
         if admin is not None:
             admin.close()
         _stop_processes(procs)
         if server is not None:
             server.stop(grace=1.0)
-        if own_dir and not failed:
-            shutil.rmtree(root, ignore_errors=True)
+        if own_dir:  # on every exit path: keys first, then the parties' data copies and everything else
+            remove_folder(root)

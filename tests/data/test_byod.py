@@ -135,12 +135,16 @@ def test_string_labels_never_shown(tmp_path):
     assert err.value.__cause__ is None and err.value.__context__ is None  # no chained numpy error either
 
 
-def test_grpc_party_error_is_one_line_and_logs_are_kept():
+def test_grpc_party_error_is_one_line_and_logs_are_kept(tmp_path, monkeypatch):
     """Under the gRPC simulation a party's refusal reaches the user as one line with the party's own
-    message, and the folder with the parties' logs is kept and named."""
+    message, and the parties' logs are kept and named; the simulation's folder itself (the CA key, every
+    endpoint's key, copies of the parties' data) is removed (issue 29: it was kept whole on failure)."""
+    import tempfile
+
     from dpfed.algorithms.contract import JobSpec
     from dpfed.simulation.grpc_local import SimulationError, run_grpc_simulation
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     ds = load_dataset("nursery")
     spec = JobSpec("refused-job", "naive-bayes", {"epsilon": 1.0, "delta": 1e-6}, ds.schema)
     with pytest.raises(SimulationError) as err:
@@ -151,6 +155,8 @@ def test_grpc_party_error_is_one_line_and_logs_are_kept():
     folder = Path(msg.rsplit("party logs kept in ", 1)[1].strip())
     try:
         assert folder.is_dir() and any(folder.glob("*/party.log"))
+        assert [p.name for p in tmp_path.iterdir()] == [folder.name]  # the simulation's own folder is gone
+        assert not [p for p in folder.rglob("*") if p.is_file() and p.suffix != ".log"]  # logs only
         assert "budget" in msg.lower() or "limit" in msg.lower(), msg
     finally:
         shutil.rmtree(folder, ignore_errors=True)
