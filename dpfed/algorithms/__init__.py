@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from dpfed.algorithms.model_file import load_model
 from dpfed.algorithms.registry import add_algorithm_arguments, algorithm_names, get_algorithm
 
-__all__ = ["get_algorithm", "algorithm_names", "add_algorithm_arguments",
+__all__ = ["get_algorithm", "algorithm_names", "add_algorithm_arguments", "load_model",
            "DPNaiveBayes", "DPGLVQ", "DPGMLVQ", "DPKMeans", "DPPCA", "DPLinearRegression",
            "DPRandomForestClassifier", "DPLogisticRegression", "DPLinearSVM"]
 

@@ -295,6 +295,9 @@ class Algorithm:
     #: The party half under distributed noise with secure aggregation: a :class:`PartyAlgorithm` that also
     #: implements :class:`dpfed.algorithms.secure_release.SecureRelease`; None: no secure release.
     secure: Callable[[], PartyAlgorithm] | None = None
+    #: The scikit-learn-style estimator a model file loads into, as "module:Class"; the class has a
+    #: ``from_model(model, schema, params)`` classmethod (:mod:`dpfed.algorithms.model_file`). None: no loader.
+    estimator: str | None = None
 
     def party_for(self, params: Mapping[str, Any]) -> PartyAlgorithm:
         """The party half of a job with ``params``, chosen once: the secure half for distributed noise under

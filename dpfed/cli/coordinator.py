@@ -137,15 +137,19 @@ def _add_job(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_model(sub: argparse._SubParsersAction) -> None:
-    """``dpfed model get``."""
-    model = sub.add_parser("model", help="fetch trained models")
-    msub = model.add_subparsers(dest="model_command", metavar="{get}")
+    """``dpfed model get|predict|evaluate`` (the last two in :mod:`dpfed.cli.model`)."""
+    from dpfed.cli.model import add_model_actions
+
+    model = sub.add_parser("model", help="fetch trained models, predict and evaluate with them")
+    msub = model.add_subparsers(dest="model_command", metavar="{get,predict,evaluate}")
     model.set_defaults(func=lambda a: (model.print_help(), 2)[1])
-    get = msub.add_parser("get", help="save a finished job's model as .npz")
+    get = msub.add_parser("get", help="save a finished job's model as a self-contained model file (.npz: the "
+                                      "arrays, the algorithm, its public parameters and schema)")
     get.add_argument("job_id", metavar="JOB")
     get.add_argument("-o", "--output", required=True, help="output .npz file")
     _admin_args(get)
     get.set_defaults(func=_cmd_model_get)
+    add_model_actions(msub)
 
 
 def _add_certs(sub: argparse._SubParsersAction) -> None:
@@ -408,11 +412,18 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_model_get(args: argparse.Namespace) -> int:
+    from dpfed.algorithms.model_file import ModelFileError, write_model_file
+
     try:
         with _client(args) as c:
-            path = c.save_model(args.job_id, args.output)
+            model, record = c.get_model(args.job_id)
     except grpc.RpcError as exc:
         return _rpc_error(exc, "model get")
+    if not record.get("schema"):
+        raise ModelFileError(f"job {args.job_id} has no public schema on record: its model cannot be made usable")
+    path = write_model_file(args.output, model, algorithm=str(record.get("algorithm")), params=record.get("params", {}),
+                            schema=record["schema"], job_id=args.job_id,
+                            extra={"summary": record.get("summary", {}), "party_epsilon": record.get("party_epsilon", {})})
     print(path)
     return 0
 

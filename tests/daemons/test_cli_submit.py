@@ -13,7 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from dpfed.algorithms import algorithm_names, get_algorithm
+from dpfed.algorithms import algorithm_names, get_algorithm, load_model
+from dpfed.algorithms.model_file import read_model_file
 from dpfed.cli import main
 from dpfed.core.ledger import BudgetLedger
 from dpfed.data.schema import Feature, Schema
@@ -94,6 +95,16 @@ def test_job_submit_works_for_every_algorithm(request, algorithm, capsys):
     assert main(["model", "get", job, "-o", str(root / f"{job}.npz"), *conn]) == 0
     with np.load(root / f"{job}.npz") as z:
         assert str(z["algorithm"]) in (algorithm, algorithm.replace("-", "_"), algorithm.replace("-", ""))
+    algo = get_algorithm(algorithm)
+    if algo.estimator:  # the fetched model file predicts on raw features as the job's own evaluation (issue 29)
+        model, meta = read_model_file(root / f"{job}.npz")
+        assert meta["algorithm"] == algorithm and Schema.from_dict(meta["schema"]) == SCHEMA
+        X, y = _labelled(7, 200)
+        est, ev = load_model(root / f"{job}.npz"), algo.evaluate(model, X, y if algo.needs_labels else None, SCHEMA)
+        if algo.needs_labels:
+            assert est.score(X, y) == pytest.approx(ev["test_accuracy"], abs=1e-12)
+        else:
+            assert -est.score(X) == pytest.approx(ev["inertia"], rel=1e-12)
     for i in range(2):
         with BudgetLedger(root / f"party-{i}" / "ledger.sqlite", epsilon_limit=100.0, delta_limit=1e-4) as led:
             assert led.charge_ids().count(f"{job}:plan") == 1

@@ -13,5 +13,5 @@ ALGORITHMS = {
     "kmeans": Algorithm(name="kmeans", party=KMeansParty, coordinator=make_coordinator, evaluate=evaluate,
                         add_arguments=add_arguments, params_from_args=params_from_args,
                         default_delta=1e-6, needs_labels=False, combine=combine, params=PARAMS,
-                        secure=SecureKMeansParty),
+                        secure=SecureKMeansParty, estimator="dpfed.algorithms.kmeans.estimator:DPKMeans"),
 }

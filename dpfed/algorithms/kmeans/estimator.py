@@ -1,15 +1,17 @@
 """The scikit-learn-style private k-means estimator (``DPKMeans``): one data owner's fit under local noise."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from dpfed.algorithms.estimator import EstimatorParams
 from dpfed.algorithms.kmeans.fit import fit_private
-from dpfed.algorithms.kmeans.model import inertia, sqdist
+from dpfed.algorithms.kmeans.model import inertia, numeric_part, sqdist
 from dpfed.algorithms.kmeans.plan import KMeansPlan, make_plan, plan_event
 from dpfed.core.rng import SecureRNG
+from dpfed.data.schema import Schema
 
 __all__ = ["DPKMeans"]
 
@@ -71,9 +73,26 @@ class DPKMeans(EstimatorParams):
         self.inertia_ = inertia(X, C)
         return self
 
+    @classmethod
+    def from_model(cls, model: Mapping[str, np.ndarray], schema: Schema, params: Mapping[str, Any]) -> "DPKMeans":
+        """The fitted estimator of a released model (a model file, :mod:`dpfed.algorithms.model_file`); it uses the
+        schema's numeric columns, as the job's evaluation does."""
+        C = np.asarray(model["cluster_centers"], dtype=np.float64)
+        est = cls(n_clusters=len(C), epsilon=float(params.get("epsilon", 1.0)), delta=float(params.get("delta", 1e-6)),
+                  bounds=(schema.lower, schema.upper), method=str(params.get("method", "sample-aggregate")))
+        est.cluster_centers_ = C
+        if "cluster_sizes" in model:
+            est.cluster_sizes_ = np.asarray(model["cluster_sizes"])
+        est.model_schema_ = schema
+        return est
+
+    def _numeric(self, X: np.ndarray) -> np.ndarray:
+        schema = getattr(self, "model_schema_", None)
+        return np.asarray(X, dtype=np.float64) if schema is None else numeric_part(X, schema)[0]
+
     def predict(self, X: np.ndarray) -> np.ndarray:
-        return np.argmin(sqdist(np.asarray(X, dtype=np.float64), self.cluster_centers_), axis=1)
+        return np.argmin(sqdist(self._numeric(X), self.cluster_centers_), axis=1)
 
     def score(self, X: np.ndarray, y: Any = None) -> float:
         """Negative inertia, as scikit-learn's KMeans.score."""
-        return -inertia(np.asarray(X, dtype=np.float64), self.cluster_centers_)
+        return -inertia(self._numeric(X), self.cluster_centers_)

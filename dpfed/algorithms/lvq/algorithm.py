@@ -13,7 +13,8 @@ __all__ = ["ALGORITHMS"]
 def _algorithm(name: str) -> Algorithm:
     return Algorithm(name=name, party=LVQParty, coordinator=LVQCoordinator, evaluate=evaluate,
                      add_arguments=add_arguments, params_from_args=params_from_args, default_delta=1e-5,
-                     params=PARAMS, secure=SecureLVQParty)
+                     params=PARAMS, secure=SecureLVQParty,
+                     estimator=f"dpfed.algorithms.lvq.estimator:{'DPGMLVQ' if name == 'gmlvq' else 'DPGLVQ'}")
 
 
 ALGORITHMS = {"glvq": _algorithm("glvq"), "gmlvq": _algorithm("gmlvq")}

@@ -87,6 +87,11 @@ class _DPLVQBase(EstimatorParams, ClassifierScore):
         grid = accounting.pld_grid(float(self.epsilon))
         self.epsilon_spent_ = accounting.epsilon(run.event, float(self.delta), pld_discretization=grid) \
             if private else math.inf
+        self._adopt(model, lo, hi, classes)
+        return self
+
+    def _adopt(self, model: Any, lo: np.ndarray, hi: np.ndarray, classes: np.ndarray) -> None:
+        """Set the fitted attributes from a released model whose prototypes live in the box [lo, hi]."""
         self.classes_ = classes
         self.model_ = model
         scale = 2.0 / (hi - lo)  # z = scale * (x - lo) - 1
@@ -94,8 +99,19 @@ class _DPLVQBase(EstimatorParams, ClassifierScore):
         self.prototype_labels_ = classes[np.asarray(model["prototype_labels"])]
         om = np.asarray(model["omega"]) if "omega" in model else None
         self.omega_ = None if om is None else om * scale[None, :]  # acts on original units
-        self.n_features_in_ = X.shape[1]
-        return self
+        self.n_features_in_ = len(lo)
+
+    @classmethod
+    def from_model(cls, model: Any, schema: Schema, params: Any) -> "_DPLVQBase":
+        """The fitted estimator of a released model (a model file, :mod:`dpfed.algorithms.model_file`): it predicts
+        as the job's evaluation does, on raw features (clamped to the schema's box, rescaled to [-1, 1]^d)."""
+        est = cls(epsilon=params.get("epsilon", 1.0), delta=float(params.get("delta", 1e-5)))
+        model = {k: np.asarray(v) for k, v in model.items()}
+        lo, hi = np.asarray(model["lower"], dtype=np.float64), np.asarray(model["upper"], dtype=np.float64)
+        est.bounds, est.classes = (lo, hi), list(range(schema.n_classes))
+        est._adopt(model, lo, hi, np.arange(schema.n_classes))
+        est.model_schema_ = schema
+        return est
 
     def _check_fitted(self, X: Any) -> np.ndarray:
         if not hasattr(self, "model_"):
@@ -109,6 +125,12 @@ class _DPLVQBase(EstimatorParams, ClassifierScore):
 
     def predict(self, X: Any) -> np.ndarray:
         X = self._check_fitted(X)
+        schema = getattr(self, "model_schema_", None)
+        if schema is not None:  # loaded from a model file: exactly the job's own evaluation
+            m = self.model_
+            Z = rescale(schema.validate(X, clip_numeric=True), np.asarray(m["lower"]), np.asarray(m["upper"]))
+            return self.classes_[predict(Z, np.asarray(m["prototypes"]), np.asarray(m["prototype_labels"]),
+                                         np.asarray(m["omega"]) if "omega" in m else None)]
         return self.prototype_labels_[np.searchsorted(self.classes_, self.prototype_labels_)][
             predict(X, self.prototypes_, np.arange(len(self.prototypes_)), self.omega_)]
 

@@ -12,4 +12,5 @@ __all__ = ["ALGORITHMS"]
 ALGORITHMS = {"naive-bayes": Algorithm(name="naive-bayes", party=NaiveBayesParty, coordinator=NaiveBayesCoordinator,
                                        evaluate=evaluate, add_arguments=add_arguments,
                                        params_from_args=params_from_args, default_delta=1e-6, params=PARAMS,
-                                       secure=SecureNaiveBayesParty)}
+                                       secure=SecureNaiveBayesParty,
+                                       estimator="dpfed.algorithms.naive_bayes.estimator:DPNaiveBayes")}

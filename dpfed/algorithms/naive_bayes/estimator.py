@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -64,6 +66,17 @@ class DPNaiveBayes(EstimatorParams, ClassifierScore):
         self.n_features_in_ = schema.n_features
         self.privacy_event_ = run.event
         return self
+
+    @classmethod
+    def from_model(cls, model: Mapping[str, np.ndarray], schema: Schema, params: Mapping[str, Any]) -> "DPNaiveBayes":
+        """The fitted estimator of a released model (a model file, :mod:`dpfed.algorithms.model_file`)."""
+        est = cls(epsilon=float(params.get("epsilon", 1.0)), delta=float(params.get("delta", 0.0)), schema=schema,
+                  mechanism=str(params.get("mechanism", "auto")), alpha=float(params.get("alpha", DEFAULT_ALPHA)),
+                  var_floor=float(params.get("var_floor", DEFAULT_VAR_FLOOR)))
+        est.model_, est.schema_ = {k: np.asarray(v) for k, v in model.items()}, schema
+        est.classes_ = np.arange(schema.n_classes)
+        est.n_features_in_ = schema.n_features
+        return est
 
     def _validated(self, X: np.ndarray) -> np.ndarray:
         if not hasattr(self, "model_"):
