@@ -35,7 +35,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        conflict_handler="resolve")
     p.add_argument("--algorithm", required=True, choices=algorithm_names())
     p.add_argument("--dataset", required=True,
-                   help="bundled or --data-dir name (adult, nursery, mushroom, segmentation, satimage, mnist), "
+                   help="bundled or --data-dir name (adult, nursery, mushroom, segmentation, satimage, california_housing, mnist), "
                         "a .npz path, or blobs:n=100000,d=10,k=5,seed=0")
     p.add_argument("--parties", type=int, default=5, help="number of party processes (default 5)")
     p.add_argument("--epsilon", type=float, required=True, help="per-party privacy budget of the job")
@@ -233,6 +233,8 @@ def run_simulation(args: argparse.Namespace) -> dict[str, Any]:
     ds = load_dataset(args.dataset, args.data_dir, schema=Schema.from_file(args.schema) if args.schema else None,
                       bounds=args.bounds, test_fraction=args.test_fraction, test_data=args.test_data,
                       split_seed=args.split_seed)
+    if ds.schema.task == "regression" and args.split.startswith("dirichlet"):
+        raise ValueError("--split dirichlet:ALPHA skews class labels; a regression target has none (use iid)")
     params, delta = _job_params(args, algo, ds)
     split_rng = np.random.default_rng(args.seed)  # public randomness: which party holds which rows
     folds = _folds(ds, args, algo.needs_labels)

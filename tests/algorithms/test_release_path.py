@@ -33,7 +33,7 @@ from dpfed.algorithms.registry import get_algorithm
 from dpfed.core import accounting
 from dpfed.core.accounting import EpsilonDeltaBoundDpEvent
 from dpfed.core.ledger import BudgetLedger
-from dpfed.data.schema import Schema
+from dpfed.data.schema import Feature, Schema
 from dpfed.federation.session import PartyContext, TaskError, decide
 
 BOX = Schema.numeric_box(3, 0.0, 1.0, n_classes=2)
@@ -172,6 +172,21 @@ def _km_expected(spec: JobSpec) -> dpa.DpEvent:
     return event(x)
 
 
+LR_SCHEMA = Schema(BOX.features, target=Feature("t", "numeric", lower=0.0, upper=6.0))
+
+
+def _lr_spec(method: str) -> JobSpec:
+    delta = 0.0 if method == "functional" else 1e-5
+    return JobSpec(f"lr-{method}", "linear-regression", {"epsilon": 1.0, "delta": delta, "method": method}, LR_SCHEMA)
+
+
+def _lr_expected(spec: JobSpec) -> dpa.DpEvent:
+    """AdaSSP: one Gaussian at the smallest multiplier meeting the target; functional: pure epsilon."""
+    if spec.params["method"] == "functional":
+        return DiscreteLaplaceDpEvent(spec.epsilon, 1)
+    return dpa.GaussianDpEvent(_gauss_z(spec.epsilon, spec.delta))
+
+
 def _cases(adult):
     """(name, spec, data X, y, parties, expected-event builder, relative tolerance of (b))."""
     rng = np.random.default_rng(0)
@@ -186,11 +201,14 @@ def _cases(adult):
                     2e-5))
     for method, agg, steps in KM_CASES:
         out.append((f"kmeans-{method}-{agg}", _km_spec(method, agg, steps), Xb, None, 1, _km_expected, 2e-3))
+    yr = Xb @ np.array([1.0, 2.0, 3.0])
+    for method in ("adassp", "functional"):
+        out.append((f"lr-{method}", _lr_spec(method), Xb, yr, 2, _lr_expected, 2e-5))
     return out
 
 
 CASE_NAMES = (["nb-gaussian", "nb-laplace"] + [f"{a}-{i}-{n}" for a, i, n in LVQ_CASES]
-              + [f"kmeans-{m}-{a}" for m, a, _ in KM_CASES])
+              + [f"kmeans-{m}-{a}" for m, a, _ in KM_CASES] + ["lr-adassp", "lr-functional"])
 
 
 @pytest.fixture(scope="module")
@@ -296,7 +314,7 @@ PLANTED = {
 @pytest.mark.parametrize("bug", sorted(PLANTED))
 @pytest.mark.parametrize("name", ["nb-gaussian", "nb-laplace", "glvq-gaussian-local", "glvq-laplace-local",
                                   "gmlvq-gaussian-distributed", "kmeans-sample-aggregate-mean",
-                                  "kmeans-sample-aggregate-coa", "kmeans-lloyd-mean"])
+                                  "kmeans-sample-aggregate-coa", "kmeans-lloyd-mean", "lr-adassp", "lr-functional"])
 def test_planted_bug_is_refused(cases, name, bug, tmp_path):
     _, spec, X, y, parties, _, _ = cases[name]
     last = 0 if spec.algorithm not in ("glvq", "gmlvq") else 1  # LVQ: plant it in a DP-SGD step
