@@ -33,6 +33,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     t.add_argument("data", metavar="DATA", help="a .npz (X or X_train, optional metadata) or .csv (header row) file")
     t.add_argument("--label", default=None, metavar="COLUMN",
                    help="CSV: the label column (default 'label' when present; none: unlabelled)")
+    t.add_argument("--target", default=None, metavar="COLUMN",
+                   help="the label is a numeric regression target (CSV: this column; .npz: y), its public bounds "
+                        "left as placeholders (null) to fill in")
     t.add_argument("--bounds", default=None, metavar="LOW:HIGH", help="public bounds for every numeric column")
     t.add_argument("--derive-bounds", action="store_true",
                    help="fill in each numeric column's min and max from the records, marked data-derived (NOT "
@@ -42,8 +45,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def template(path: str, *, label: str | None = None, bounds: tuple[float, float] | None = None,
-             derive: bool = False) -> dict[str, Any]:
-    """The template as a dict (see the module docstring)."""
+             derive: bool = False, target: str | None = None) -> dict[str, Any]:
+    """The template as a dict (see the module docstring); ``target``: the label is a numeric regression target of
+    that name (its bounds always placeholders: the schema file's ``"target"``)."""
+    if target is not None:
+        doc = template(path, label=target if Path(path).suffix.lower() == ".csv" else label, bounds=bounds,
+                       derive=derive)
+        doc.pop("class_names", None)
+        doc.update(n_classes=0, label=target, target={"name": target, "lower": None, "upper": None})
+        return doc
     from dpfed.data.datasets import find_data_file
     from dpfed.data.files import check_real, read_npz
     from dpfed.data.schema import DataValidationError
@@ -142,7 +152,7 @@ def _cmd_template(args: argparse.Namespace) -> int:
             print(f"dpfed schema template: error: --bounds: {exc}", file=sys.stderr)
             return 2
     try:
-        doc = template(args.data, label=args.label, bounds=bounds, derive=args.derive_bounds)
+        doc = template(args.data, label=args.label, bounds=bounds, derive=args.derive_bounds, target=args.target)
     except FileNotFoundError as exc:
         print(f"dpfed schema template: error: {exc}", file=sys.stderr)
         return 2

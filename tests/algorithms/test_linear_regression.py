@@ -297,3 +297,23 @@ def test_a_classifier_refuses_a_regression_target_and_the_reverse(tmp_path):
     party = _party(X, y)
     d = decide(party, JobSpec("nb-on-reg", "naive-bayes", {"epsilon": 1.0, "delta": 1e-6}, SCHEMA))
     assert not d.accept and "is a classifier" in d.reason and party.ledger.spent("nb-on-reg") == 0
+
+
+def test_schema_template_with_a_target_then_a_csv_regression_dataset(tmp_path):
+    """``dpfed schema template --target``: placeholders refused until filled in; the filled schema loads a CSV with
+    float targets (a missing target cell is refused, naming the count)."""
+    from dpfed.cli.schema import template
+
+    path = tmp_path / "r.csv"
+    path.write_text("u,v,price\n1,2,3.5\n2,3,4.5\n3,1,2.25\n0,0,1\n")
+    doc = template(str(path), target="price", bounds=(0.0, 10.0))
+    with pytest.raises(ValueError, match="placeholder"):
+        Schema.from_dict(doc)
+    doc["target"].update(lower=0.0, upper=10.0)
+    schema = Schema.from_dict(doc)
+    assert schema.task == "regression" and schema.label == "price"
+    ds = load_dataset(str(path), schema=schema, test_fraction=0.25)
+    assert ds.y_train.dtype == np.float64 and sorted(np.concatenate([ds.y_train, ds.y_test])) == [1, 2.25, 3.5, 4.5]
+    path.write_text("u,v,price\n1,2,3.5\n2,3,\n")
+    with pytest.raises(DataValidationError, match="label column 'price': 1 empty"):
+        load_dataset(str(path), schema=schema)
