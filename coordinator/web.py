@@ -218,6 +218,10 @@ class WebServer(http.server.ThreadingHTTPServer):
             sock = self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         return sock, addr
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that failed (a refused handshake, a client gone): logged, not printed as a traceback."""
+        log.debug("connection from %s ended with an error", client_address, exc_info=True)
+
     def prefix_route(self, path: str) -> Route | None:
         for prefix, route in self.prefixes.items():
             if path.startswith(prefix):

@@ -14,6 +14,7 @@ import datetime as dt
 import html
 import io
 import json
+import time
 from typing import Any
 
 from dpfed.core import accounting
@@ -113,7 +114,7 @@ def report_html(report: dict[str, Any]) -> str:
     chart = step_chart({"cumulative epsilon": [(c["created_at"], c["epsilon_total_after"])
                                                for c in report["charges"]]},
                        title="Cumulative epsilon spent over time", y_label="epsilon",
-                       limits={"limit": lim["epsilon"]})
+                       limits={"limit": lim["epsilon"]}, now=time.time())
     charges = [[esc(c["time"]), f"<code>{esc(c['job'])}</code>", esc(c["algorithm"]),
                 f"<code>{esc(c['params_digest'][:16])}</code>", esc(c["coordinator"]), f"{c['epsilon']:.6g}",
                 f"{c['delta']:.3g}", esc(c["accountant"]), f"{c['epsilon_total_after']:.6g}"]

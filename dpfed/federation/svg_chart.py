@@ -39,13 +39,15 @@ def step_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: st
 
     Times are shown in UTC. An empty chart still has its axes and says that nothing was recorded.
     """
-    left, right, top, bottom = 64, 16, 28, 48
+    left, right, top, bottom = 64, 40, 28, 48
     legend_h = 18 * ((len(series) + 2) // 3)
     plot_w, plot_h = width - left - right, height - top - bottom
     points = [p for pts in series.values() for p in pts]
     now = max([p[0] for p in points], default=time.time()) if now is None else now
     t0 = min([p[0] for p in points], default=now - 60)
-    t1 = max(now, t0 + 1e-6)
+    t1 = max(now, t0)
+    pad = max(t1 - t0, 60.0) * 0.04  # a little room before the first step and after the last
+    t0, t1 = t0 - pad, t1 + pad
     vmax = max([p[1] for p in points] + list((limits or {}).values()) + [1e-9])
     vmax *= 1.05
 
