@@ -17,6 +17,7 @@ import time
 import grpc
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 pytest.importorskip("ray")
 
@@ -100,11 +101,21 @@ def test_a_job_runs_through_ingress_shards(ray_cluster, tmp_path):
             rec = client.wait(job, timeout=180)
             assert rec["state"] == "done" and rec["rounds"] == 30, rec
             model, _ = client.get_model(job)
+            wait_until(lambda: _connected(client, 6), 60, "party-4 back")
+            text = coord.metrics.exposition().decode()  # the shards in the metrics (issue 28)
+            metrics = {(m.name, tuple(sorted(m.labels.items()))): m.value
+                       for fam in text_string_to_metric_families(text) for m in fam.samples}
     finally:
         for p in parties:
             p.stop()
         server.stop()
     assert parts_per_round and set(parts_per_round) == {2}, parts_per_round  # one part per shard, not per party
+    assert metrics[("dpfed_rounds_total", (("algorithm", "noisy-mean"),))] == 30
+    for i in ("0", "1"):
+        assert metrics[("dpfed_shard_partial_aggregates_total", (("shard", i),))] == 30  # one part per round
+        assert metrics[("dpfed_shard_connected_parties", (("shard", i),))] == 3
+        assert metrics[("dpfed_shard_task_bytes_sent_total", (("shard", i),))] > 0
+        assert metrics[("dpfed_shard_result_bytes_received_total", (("shard", i),))] > 0
     X = np.concatenate([party_data(seed=sum(map(ord, f"party-{i}"))) for i in range(6)])
     assert np.allclose(model["mean"], X.mean(axis=0), atol=0.1), (model["mean"], X.mean(axis=0))
 
