@@ -12,4 +12,5 @@ __all__ = ["ALGORITHMS"]
 ALGORITHMS = {"linear-regression": Algorithm(
     name="linear-regression", party=LinearRegressionParty, coordinator=LinearRegressionCoordinator,
     evaluate=evaluate, add_arguments=add_arguments, params_from_args=params_from_args, default_delta=DEFAULT_DELTA,
-    label_kind="numeric", params=PARAMS, secure=SecureLinearRegressionParty)}
+    label_kind="numeric", params=PARAMS, secure=SecureLinearRegressionParty,
+    estimator="dpfed.algorithms.linear_regression.estimator:DPLinearRegression")}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -61,6 +62,17 @@ class DPLinearRegression(EstimatorParams, RegressorScore):
         self.n_features_in_ = schema.n_features
         self.privacy_event_ = run.event
         return self
+
+    @classmethod
+    def from_model(cls, model: Mapping[str, np.ndarray], schema: Schema, params: Mapping[str, Any]
+                   ) -> "DPLinearRegression":
+        """The fitted estimator of a released model (a model file, :mod:`dpfed.algorithms.model_file`)."""
+        est = cls(epsilon=float(params.get("epsilon", 1.0)), delta=float(params.get("delta", DEFAULT_DELTA)),
+                  schema=schema, method=str(params.get("method", "adassp")))
+        est.model_, est.schema_ = {k: np.asarray(v) for k, v in model.items()}, schema
+        est.coef_ = np.asarray(est.model_["coef"])
+        est.n_features_in_ = schema.n_features
+        return est
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         if not hasattr(self, "model_"):

@@ -96,7 +96,8 @@ def regression_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, floa
 
 
 def evaluate(model: Mapping[str, np.ndarray], X: np.ndarray, y: np.ndarray | None, schema: Schema) -> dict[str, float]:
-    """RMSE and R^2 on held-out records (in the target's units)."""
+    """RMSE and R^2 on held-out records (in the target's units); raw records get the schema's public rules
+    (imputation, clamping) first."""
     if y is None or len(X) == 0:
         return {}
-    return regression_metrics(np.asarray(y, dtype=np.float64), predict(model, X))
+    return regression_metrics(np.asarray(y, dtype=np.float64), predict(model, schema.validate(X, clip_numeric=True)))
