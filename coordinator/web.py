@@ -20,7 +20,6 @@ import http.server
 import logging
 import socket
 import ssl
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http import cookies
@@ -32,6 +31,7 @@ from cryptography.x509.oid import NameOID
 
 from dpfed.core.errors import DpfedError
 from dpfed.federation.console_token import TokenError, verify_token
+from dpfed.federation.http_thread import ThreadedHTTPServer
 from dpfed.federation.tls import PeerRefused, TlsFiles, revoked_serials
 
 __all__ = ["Access", "Denied", "Reply", "Route", "WebServer", "start_web", "COOKIE"]
@@ -192,10 +192,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _read_only  # noqa: N815
 
 
-class WebServer(http.server.ThreadingHTTPServer):
+class WebServer(ThreadedHTTPServer):
     """HTTPS (or, insecure, plain HTTP on loopback) with a table of read-only routes."""
 
-    daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], routes: dict[str, Route], tls: TlsFiles | None,
@@ -228,15 +227,6 @@ class WebServer(http.server.ThreadingHTTPServer):
                 return route
         return None
 
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-
-
 def start_web(host: str, port: int, routes: dict[str, Route], tls: TlsFiles | None, name: str,
               prefixes: dict[str, Route] | None = None) -> WebServer:
     """Start a :class:`WebServer` in a daemon thread; ``tls`` None (insecure coordinator): 127.0.0.1 only."""
@@ -245,6 +235,6 @@ def start_web(host: str, port: int, routes: dict[str, Route], tls: TlsFiles | No
                     "debugging only)", name, port)
         host = "127.0.0.1"
     server = WebServer((host, port), routes, tls, prefixes)
-    threading.Thread(target=server.serve_forever, name=f"dpfed-{name}", daemon=True).start()
+    server.start(f"dpfed-{name}")
     log.info("%s on https://%s:%d/", name, host, server.port)
     return server

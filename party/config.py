@@ -35,6 +35,8 @@ Example (relative paths are relative to the config file)::
                                       # certificate fingerprint "sha256:HEX" (a roster naming anyone else is
                                       # refused before any charge)
     # dropout = 0.0                   # SIMULATIONS ONLY: miss each secure round with this probability
+    console_port = -1                 # the data owner's ledger report on http://127.0.0.1:PORT/ (loopback only,
+                                      # read-only; -1 = off, 0 = a free port): see 'dpfed party ledger'
 
     [tls]
     ca = "certs/ca.crt"               # the deployment CA (verifies the coordinator)
@@ -79,7 +81,7 @@ _KEYS = {"name", "coordinator", "data", "ledger", "epsilon_limit", "delta_limit"
          "reconnect_seconds", "max_message_bytes", "chunk_bytes", "plugins", "seed", "tls", "schema",
          "schema_file", "exit_with_parent", "simulation", "secure_aggregation", "min_survivors", "dropout",
          "max_rows", "max_bytes", "max_buffered_bytes", "colluders", "min_honest_shares", "peers",
-         "max_auth_failures"}
+         "max_auth_failures", "console_port"}
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,7 @@ class PartyConfig:
     max_rows: int = DEFAULT_MAX_ROWS  # caps on the data file (dpfed.data.files.load_table)
     max_bytes: int = DEFAULT_MAX_BYTES
     max_buffered_bytes: int = DEFAULT_MAX_ARRAY_BYTES  # incomplete task parts held at once (party/inbox.py)
+    console_port: int = -1            # the ledger report on http://127.0.0.1:PORT/ (party/ledger_page.py); -1 = off
 
     def __post_init__(self) -> None:
         from dpfed.federation.certs import valid_name
@@ -133,6 +136,8 @@ class PartyConfig:
             raise ConfigError("peers lists party names or 'sha256:HEX' certificate fingerprints")
         if not 0 < self.chunk_bytes <= self.max_message_bytes - 65536:
             raise ConfigError("chunk_bytes must be positive and at least 64 KiB below max_message_bytes")
+        if not -1 <= self.console_port <= 65535:
+            raise ConfigError("console_port must be -1 (off), 0 (a free port) or a port number")
 
     def load_data(self) -> tuple[np.ndarray, np.ndarray | None]:
         """The party's records, validated against its schema, within the ``max_rows`` / ``max_bytes`` caps
@@ -179,7 +184,8 @@ class PartyConfig:
                        max_rows=_int(t.get("max_rows", DEFAULT_MAX_ROWS), "max_rows"),
                        max_bytes=_int(t.get("max_bytes", DEFAULT_MAX_BYTES), "max_bytes"),
                        max_buffered_bytes=_int(t.get("max_buffered_bytes", DEFAULT_MAX_ARRAY_BYTES),
-                                               "max_buffered_bytes"))
+                                               "max_buffered_bytes"),
+                       console_port=_int(t.get("console_port", -1), "console_port"))
         except ConfigError:
             raise
         except (TypeError, ValueError, OSError) as exc:

@@ -36,6 +36,7 @@ from dpfed.federation.secure_session import SecAggParty
 from dpfed.federation.session import PartyContext, PartySession, TaskError, decide
 from party.config import ConfigError, PartyConfig
 from party.inbox import TaskInbox
+from party.ledger_page import serve_ledger_page
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
 from protos import wire_json
@@ -80,6 +81,8 @@ class PartyDaemon:
         self._shard_channel: grpc.Channel | None = None
         self._call = None
         self.connected = threading.Event()
+        self.page = serve_ledger_page(self.ledger, config.name, config.console_port) \
+            if config.console_port >= 0 else None  # the data owner's ledger report on 127.0.0.1
 
     @classmethod
     def from_config(cls, config: PartyConfig) -> "PartyDaemon":
@@ -110,6 +113,8 @@ class PartyDaemon:
             call.cancel()
 
     def close(self) -> None:
+        if self.page is not None:
+            self.page.stop()
         self.ledger.close()
 
     def run(self) -> None:
