@@ -344,3 +344,19 @@ def test_model_file_predicts_raw_records_as_the_job_evaluates(tmp_path, capsys):
     assert main(["model", "evaluate", str(tmp_path / "test.npz"), "--model", str(path)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["r2"] == pytest.approx(job_eval["r2"], rel=1e-12) and out["rmse"] == pytest.approx(job_eval["rmse"])
+
+
+def test_pca_then_linear_regression_keeps_the_target():
+    """``pca+linear-regression``: the learner's projected schema keeps the regression target (and a classifier
+    after PCA still refuses it); the job runs and reports R^2."""
+    g = np.random.default_rng(0)
+    X = g.uniform(0, 1, (600, 4))
+    y = X @ np.array([3.0, 2.0, 1.0, 0.5]) + g.normal(0, 0.1, 600)
+    schema = Schema(Schema.numeric_box(4, 0.0, 1.0).features, target=Feature("t", "numeric", lower=-1.0, upper=8.0))
+    algo = get_algorithm("pca+linear-regression")
+    with pytest.raises(TaskRejected, match="is a classifier"):
+        validate(get_algorithm("pca+naive-bayes"), {"epsilon": 2.0}, schema)
+    params = validate(algo, {"epsilon": 1.0, "delta": 1e-5, "pca_k": 4}, schema)
+    res = run_inprocess(JobSpec("pca-lr", "pca+linear-regression", params, schema), [(X[:300], y[:300]),
+                                                                                     (X[300:], y[300:])], seed=0)
+    assert set(algo.evaluate(res.model, X, y, schema)) == {"rmse", "r2"}

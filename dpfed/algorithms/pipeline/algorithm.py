@@ -61,7 +61,8 @@ def _evaluate(learner: Algorithm, model: Mapping[str, np.ndarray], X: np.ndarray
                                                             "pca_components": np.asarray(model["pca_components"])})
     Xp = ps.project(spec, task, schema.validate(X, clip_numeric=True))
     own = {k: v for k, v in model.items() if not k.startswith("pca_") and k != "pipeline"}
-    return learner.evaluate(own, Xp, y, Schema.numeric_box(k, -clip, clip, n_classes=schema.n_classes, prefix="pc"))
+    box = Schema.numeric_box(k, -clip, clip, n_classes=schema.n_classes, prefix="pc")
+    return learner.evaluate(own, Xp, y, box if schema.target is None else Schema(box.features, target=schema.target))
 
 
 def _params_from_args(learner: Algorithm, args: argparse.Namespace) -> dict[str, Any]:
@@ -94,5 +95,5 @@ def compose(pca: Algorithm, learner: Algorithm) -> Algorithm:
     return Algorithm(name=ps.PREFIX + learner.name, party=partial(PipelineParty, pca, learner),
                      coordinator=partial(_coordinator, pca, learner), evaluate=partial(_evaluate, learner),
                      params_from_args=partial(_params_from_args, learner), default_delta=learner.default_delta,
-                     needs_labels=learner.needs_labels, combine=partial(pipeline_combine, pca, learner),
+                     needs_labels=learner.needs_labels, label_kind=learner.label_kind, combine=partial(pipeline_combine, pca, learner),
                      params=PipelineTable((SHARE,), pca=pca, learner=learner), secure=secure)

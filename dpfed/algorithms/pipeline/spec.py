@@ -55,7 +55,8 @@ def projected_schema(schema: Schema, pca_params: Mapping[str, Any]) -> Schema:
     """The learner's public schema: the box [-C, C]^k in the PCA's clip units, the same classes."""
     _, g = geometries(schema, pca_params)
     k = int(pca_params.get("k", 2))
-    return Schema.numeric_box(k, -g.clip, g.clip, n_classes=schema.n_classes, prefix="pc")
+    box = Schema.numeric_box(k, -g.clip, g.clip, n_classes=schema.n_classes, prefix="pc")
+    return box if schema.target is None else Schema(box.features, target=schema.target)  # a regression target stays
 
 
 def pca_spec(spec: JobSpec) -> JobSpec:
