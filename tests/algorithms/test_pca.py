@@ -5,6 +5,7 @@ bounds moves each answer by at most the planned sensitivity; the estimator recov
 Statistical checks: two-sided chi-square intervals with false-alarm rate 1e-4 each (noise_checks.ALPHA)."""
 from __future__ import annotations
 
+import functools
 import math
 
 import dp_accounting as dpa
@@ -41,11 +42,13 @@ def _pld_eps(event, delta: float) -> float:
     return acc.get_epsilon(delta)
 
 
+@functools.cache
 def _expected_event(eps: float, delta: float, f: float) -> dpa.DpEvent:
     """Two Gaussians with 1/z0^2 = f/z^2, 1/z1^2 = (1-f)/z^2, z the smallest multiplier meeting (eps, delta)
     under dp_accounting's PLD, found here by bisection."""
-    lo, hi = 0.5, 50.0
-    while hi - lo > 1e-6 * hi:
+    z0 = math.sqrt(2 * math.log(1.25 / delta)) / eps  # the classic Gaussian's multiplier: a bracket
+    lo, hi = z0 / 4, z0
+    while hi - lo > 2e-5 * hi:
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if _pld_eps(dpa.GaussianDpEvent(mid), delta) <= eps else (mid, hi)
     return dpa.ComposedDpEvent([dpa.GaussianDpEvent(hi / math.sqrt(f)), dpa.GaussianDpEvent(hi / math.sqrt(1 - f))])

@@ -10,6 +10,7 @@ import numpy as np
 
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
+from dpfed.algorithms.one_release import check_contributors
 from dpfed.algorithms.pca.model import noisy_center, postprocess
 from dpfed.algorithms.pca.plan import ARRAYS, GRID, KINDS
 from dpfed.algorithms.pca.release import plan_release
@@ -46,22 +47,14 @@ class PCACoordinator(CoordinatorAlgorithm):
         r = task.round
         if r not in (0, 1) or task.kind != KINDS[r] or (self._center if r == 0 else self._model) is not None:
             raise ValueError("PCA absorbs one answer set per round: the mean (round 0), then the second moment")
-        got = set(combined.parties)
-        missing, unknown = set(self.parties) - got, got - set(self.parties)
-        if self.secure and not combined.parties:
-            raise ValueError(f"the PCA round was aborted: fewer than {self.min_survivors} parties contributed "
-                             "(nothing was unmasked)")
-        if self.secure and not unknown and len(got) >= self.min_survivors:  # SecAgg: the survivors' sum
-            missing = set()
-        if missing or unknown:
-            raise ValueError(f"expected answers from exactly the {len(self.parties)} job parties; "
-                             f"missing {sorted(missing)}, unknown {sorted(unknown)}")
+        survivors = check_contributors(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors,
+                                       learner="PCA")
         rp, name = self.plan.rounds[r], ARRAYS[r]
         total = np.asarray(combined.arrays.get(name, np.zeros(0)))
         if total.shape != (rp.length,) or not np.issubdtype(total.dtype, np.integer):
             raise ValueError(f"expected integer {name!r} vectors of length {rp.length}, "
                              f"got dtype {total.dtype} shape {tuple(total.shape)}")
-        self.survivors = len(got)
+        self.survivors = survivors
         schema = self.spec.schema
         if r == 0:
             self._center = noisy_center(total.astype(np.int64), rp.geometry, schema.lower, schema.upper)
