@@ -47,7 +47,7 @@ def _expected_event(eps: float, delta: float, f: float) -> dpa.DpEvent:
     """Two Gaussians with 1/z0^2 = f/z^2, 1/z1^2 = (1-f)/z^2, z the smallest multiplier meeting (eps, delta)
     under dp_accounting's PLD, found here by bisection."""
     z0 = math.sqrt(2 * math.log(1.25 / delta)) / eps  # the classic Gaussian's multiplier: a bracket
-    lo, hi = z0 / 4, z0
+    lo, hi = z0 / 4, 2 * z0
     while hi - lo > 2e-5 * hi:
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if _pld_eps(dpa.GaussianDpEvent(mid), delta) <= eps else (mid, hi)
