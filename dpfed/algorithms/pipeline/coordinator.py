@@ -16,7 +16,9 @@ class PipelineCoordinator(CoordinatorAlgorithm):
     """PCA first, then the learner (module docstring)."""
 
     def __init__(self, pca: Algorithm, learner: Algorithm, spec: JobSpec, parties: Sequence[str]) -> None:
-        self.spec, self.parties, self.learner_algo = spec, list(parties), learner
+        # only picklable parts are kept (the coordinator daemon checkpoints it): the learner's name and factory
+        self.spec, self.parties = spec, list(parties)
+        self.learner_name, self.learner_factory = learner.name, learner.coordinator
         self.pca = pca.coordinator(ps.pca_spec(spec), parties)
         self.learner: CoordinatorAlgorithm | None = None
         self.pca_model: dict[str, np.ndarray] | None = None
@@ -25,8 +27,7 @@ class PipelineCoordinator(CoordinatorAlgorithm):
         if self.pca_model is None:
             return self.pca.next_task()
         if self.learner is None:
-            self.learner = self.learner_algo.coordinator(ps.learner_spec(self.spec, self.learner_algo.name),
-                                                         self.parties)
+            self.learner = self.learner_factory(ps.learner_spec(self.spec, self.learner_name), self.parties)
         task = self.learner.next_task()
         return None if task is None else ps.wrap_task(task, self.pca_model)
 
@@ -49,7 +50,7 @@ class PipelineCoordinator(CoordinatorAlgorithm):
             raise RuntimeError("the pipeline job has not finished")
         out = self.learner.model()
         out.update({f"pca_{k}": v for k, v in self.pca_model.items() if k != "algorithm"})
-        out["pipeline"] = np.array(ps.PREFIX + self.learner_algo.name)
+        out["pipeline"] = np.array(ps.PREFIX + self.learner_name)
         return out
 
     def summary(self) -> dict[str, Any]:
