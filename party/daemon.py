@@ -43,7 +43,8 @@ from protos import wire_json
 from protos.codec import (PROTOCOL_VERSION, SESSION_METADATA, ArrayAssembler, ProtocolError, channel_options,
                           chunk_groups, encode_arrays)
 from dpfed.federation.own_cert import CertificateProblem, check_own_certificate
-from dpfed.federation.tls import PeerRefused, channel_credentials, check_coordinator, revoked_serials, warn_insecure
+from dpfed.federation.tls import (HandshakeFailed, PeerRefused, channel_credentials, check_coordinator, revoked_serials,
+                                  warn_insecure)
 
 __all__ = ["PartyDaemon", "main"]
 
@@ -132,20 +133,20 @@ class PartyDaemon:
             except (PeerRefused, OSError) as exc:  # not our coordinator (or unreachable): never register there
                 if self._stop.is_set():
                     break
-                refused = refused + 1 if isinstance(exc, PeerRefused) else 0
-                if refused >= self.config.max_auth_failures > 0:
-                    log.error("giving up after %d refused TLS handshakes with %s: %s", refused,
-                              self.config.coordinator, exc)
-                    raise AuthenticationFailed(f"{refused} TLS handshakes with {self.config.coordinator} refused "
-                                               f"in a row (max_auth_failures); last: {exc}") from None
+                # counted: the coordinator refused OUR certificate (an alert); an impostor's certificate that we
+                # refuse is not counted (the party keeps refusing it and waits for its coordinator)
+                refused = refused + 1 if isinstance(exc, HandshakeFailed) and exc.refused_us else 0
+                self._give_up(refused, exc)
                 log.error("not connecting to %s: %s; retrying in %.1f s", self.config.coordinator, exc,
                           self.config.reconnect_seconds)
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
                 if self._stop.is_set():
                     break
-                log.warning("connection to %s lost (%s); retrying in %.1f s", self.config.coordinator,
-                            code.name if code else exc, self.config.reconnect_seconds)
+                details = str(exc.details() if hasattr(exc, "details") else exc)
+                refused = 0
+                log.warning("connection to %s lost (%s: %s); retrying in %.1f s", self.config.coordinator,
+                            code.name if code else exc, " ".join(details.split())[:300], self.config.reconnect_seconds)
             finally:
                 self.connected.clear()
                 for ch in (self._channel, self._shard_channel):
@@ -247,6 +248,13 @@ class PartyDaemon:
                 error = str(exc)
         stub.SubmitResult(self._result_parts(ids, answer, error), timeout=3600,
                           metadata=((SESSION_METADATA, session),))  # checked before the upload is read
+
+    def _give_up(self, refused: int, cause: object) -> None:
+        """Stop after ``max_auth_failures`` refused handshakes in a row, the cause in this party's own log."""
+        if refused >= self.config.max_auth_failures > 0:
+            log.error("giving up after %d refused TLS handshakes with %s: %s", refused, self.config.coordinator, cause)
+            raise AuthenticationFailed(f"{refused} TLS handshakes with {self.config.coordinator} refused in a row "
+                                       f"(max_auth_failures); last: {cause}")
 
     def _result_parts(self, ids: dict, answer: dict[str, np.ndarray], error: str) -> Iterator[pb.ResultPart]:
         cb = self.config.chunk_bytes

@@ -30,7 +30,7 @@ from dpfed.core.errors import DpfedError
 
 __all__ = ["TlsFiles", "server_credentials", "channel_credentials", "peer_identity", "warn_insecure",
            "INSECURE_WARNING", "PeerRefused", "check_coordinator", "revoked_serials", "peer_revoked",
-           "peer_certificate_facts", "TlsFileMissing"]
+           "peer_certificate_facts", "TlsFileMissing", "HandshakeFailed"]
 
 INSECURE_WARNING = ("WARNING: --insecure: plain-text gRPC WITHOUT TLS. Anyone on the network can read "
                     "the released statistics and impersonate parties or the coordinator. Use only for "
@@ -109,6 +109,15 @@ class PeerRefused(DpfedError, ConnectionError):
     """The other end's certificate is revoked or does not have the role this end needs."""
 
 
+class HandshakeFailed(PeerRefused):
+    """The TLS handshake failed: one side does not accept the other's certificate. ``refused_us``: the server
+    refused this end's certificate (a party stops after ``max_auth_failures`` of these in a row), not the reverse."""
+
+    def __init__(self, message: str, *, refused_us: bool = False) -> None:
+        super().__init__(message)
+        self.refused_us = refused_us
+
+
 _CRL_CACHE: dict[tuple[str, int, int], frozenset[int]] = {}
 _CRL_LOCK = threading.Lock()
 
@@ -152,6 +161,23 @@ def _host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _server_accepts(tls: ssl.SSLSocket, address: str) -> None:
+    """Under TLS 1.3 the client's handshake ends before the server has checked the client's certificate: read the
+    server's first bytes (gRPC sends its HTTP/2 settings at once), so that a refusal of OUR certificate (an alert:
+    unknown CA, expired, revoked) is seen here, with its cause, not as a closed socket later."""
+    tls.settimeout(2.0)
+    try:
+        first = tls.recv(1)
+    except ssl.SSLError as exc:
+        raise HandshakeFailed(f"the server at {address} refused this party's certificate: {exc.reason or exc}",
+                              refused_us=True) from None
+    except OSError:  # a timeout or a reset says nothing about the certificate
+        return
+    if first == b"":  # a gRPC server sends its settings at once; closing instead is how it refuses a client
+        raise HandshakeFailed(f"the server at {address} closed the connection right after the TLS handshake: it does "
+                              "not accept this party's certificate (another CA? revoked there?)", refused_us=True)
+
+
 def check_coordinator(address: str, files: TlsFiles, timeout: float = 10.0) -> str:
     """Handshake with ``address`` as gRPC will (mutual TLS, HTTP/2 ALPN) and check that the server's
     certificate is an unrevoked *coordinator* certificate of our CA; return its name or raise
@@ -169,8 +195,9 @@ def check_coordinator(address: str, files: TlsFiles, timeout: float = 10.0) -> s
         try:
             with ctx.wrap_socket(raw, server_hostname=host or None) as tls:
                 der = tls.getpeercert(binary_form=True)
+                _server_accepts(tls, address)
         except ssl.SSLError as exc:
-            raise PeerRefused(f"TLS handshake with {address} failed: {exc.reason or exc}") from None
+            raise HandshakeFailed(f"TLS handshake with {address} failed: {exc.reason or exc}") from None
     cert = x509.load_der_x509_certificate(der)
     cn = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     ou = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
