@@ -137,8 +137,9 @@ def plot(cells: dict, ref: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for c in CONFIGS:
         m = np.array([cells[(c, e)][0] for e in EPSILONS])
-        s = np.array([cells[(c, e)][1] for e in EPSILONS])
-        ax.errorbar(EPSILONS, np.maximum(m, -1.0), yerr=s, marker="o", capsize=3, label=c)
+        s = np.where(m < -1.0, 0.0, np.array([cells[(c, e)][1] for e in EPSILONS]))  # no bars off the chart
+        ax.errorbar(EPSILONS, np.maximum(m, -1.0), yerr=s, marker="o", capsize=3,
+                    label=c + (" (below -1: clipped)" if (m < -1.0).all() else ""))
     ax.axhline(ref["r2"], color="k", ls="--", lw=1, label="scikit-learn (non-private)")
     ax.set_xscale("log")
     ax.set_ylim(-1.05, 0.8)
