@@ -40,10 +40,12 @@ from dpfed.algorithms.params import Param
 from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.core import accounting
 from dpfed.core import distributed_noise as dn
+from dpfed.core.events import DistributedDiscreteGaussianDpEvent
 from dpfed.core.memo import shared_cache
 
 __all__ = ["SecureParams", "SecurePlan", "secure_params", "is_secure", "rotation_seed",
-           "calibrate_release", "batch_bound", "integer_bits", "integer_noise_plan", "SECURE_PARAMS",
+           "calibrate_release", "batch_bound", "integer_bits", "integer_noise_plan", "integer_release_event",
+           "SECURE_PARAMS",
            "SECURE_ROUNDING_PARAM",
            "SECURE_ROUNDINGS", "AUTO_PARTY_DIMENSION", "resolve_rounding", "WRAP_PROBABILITY"]
 
@@ -250,3 +252,17 @@ def integer_noise_plan(sp: SecureParams, *, sigma_share: float, l2: float, dimen
     return dn.DistributedNoisePlan(dimension=int(dimension), clip=float(l2), gamma=1.0, bits=int(bits),
                                    sigma_share=float(sigma_share), honest_parties=sp.honest, parties=sp.parties,
                                    vectors=sp.records)
+
+
+def integer_release_event(epsilon: float, delta: float, *, honest: int, l2: float, l1: float, dimension: int
+                          ) -> tuple[float, DpEvent]:
+    """(sigma_share, event) of one integer release with exact sensitivities ``l2`` and ``l1`` under distributed
+    noise: the smallest share calibrated for (epsilon, delta), raised until the ledger's own RDP conversion of
+    ``DistributedDiscreteGaussianDpEvent`` accepts it (KLS21 Prop. 14)."""
+    sigma = dn.calibrate_sigma_share(epsilon, delta, honest_parties=honest, l2_sensitivity=l2, l1_sensitivity=l1,
+                                     dimension=dimension)
+    event = DistributedDiscreteGaussianDpEvent(float(sigma), int(honest), l2, l1, dimension)
+    while accounting.epsilon(event, delta, accountant="rdp") > epsilon:  # the ledger's RDP conversion decides
+        sigma *= 1.0 + 1e-6
+        event = DistributedDiscreteGaussianDpEvent(float(sigma), int(honest), l2, l1, dimension)
+    return float(sigma), event

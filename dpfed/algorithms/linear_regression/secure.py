@@ -23,9 +23,7 @@ from dpfed.algorithms.contract import JobSpec, Task, TaskRejected
 from dpfed.algorithms.linear_regression.plan import TASK_KIND, Layout, LRPlan, integer_weights, job_method, sensitivities
 from dpfed.algorithms.linear_regression.statistics import party_records, sufficient_statistics
 from dpfed.algorithms.secure_plan import SecurePlan
-from dpfed.core import accounting
 from dpfed.core import distributed_noise as dn
-from dpfed.core.events import DistributedDiscreteGaussianDpEvent
 from dpfed.core.memo import shared_cache
 from dpfed.data.schema import Schema
 
@@ -58,12 +56,7 @@ def _calibrated(schema_json: str, eps: float, delta: float, honest: int, parties
     weights = integer_weights(True)
     l2, l1 = sensitivities(layout, weights)
     dim = layout.length
-    sigma = dn.calibrate_sigma_share(eps, delta, honest_parties=honest, l2_sensitivity=l2, l1_sensitivity=l1,
-                                     dimension=dim)
-    event = DistributedDiscreteGaussianDpEvent(float(sigma), int(honest), l2, l1, dim)
-    while accounting.epsilon(event, delta, accountant="rdp") > eps:  # the ledger's own RDP conversion decides
-        sigma *= 1.0 + 1e-6
-        event = DistributedDiscreteGaussianDpEvent(float(sigma), int(honest), l2, l1, dim)
+    sigma, event = sn.integer_release_event(eps, delta, honest=honest, l2=l2, l1=l1, dimension=dim)
     bits = sn.integer_bits(floor_bits, records * float(max(weights.values())), sigma, parties, dim)
     noise = dn.DistributedNoisePlan(dimension=dim, clip=l2, gamma=1.0, bits=bits, sigma_share=float(sigma),
                                     honest_parties=honest, parties=parties, vectors=records)

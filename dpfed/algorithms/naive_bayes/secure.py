@@ -34,9 +34,7 @@ from dpfed.algorithms.naive_bayes.plan import (MAX_SIGMA_UNITS, MIN_GRID, GRID, 
                                                gaussian_multiplier, importance, job_options, optimal_weights)
 from dpfed.algorithms.naive_bayes.statistics import party_records, sufficient_statistics
 from dpfed.algorithms.secure_plan import SecurePlan
-from dpfed.core import accounting
 from dpfed.core import distributed_noise as dn
-from dpfed.core.events import DistributedDiscreteGaussianDpEvent
 from dpfed.core.memo import shared_cache
 from dpfed.data.schema import Schema
 
@@ -73,12 +71,7 @@ def integer_secure_plan(schema_json: str, eps: float, delta: float, honest: int,
                          "statistic groups")
     weights = np.maximum(np.rint(w * grid), 1).astype(np.int64)
     l2, l1, dim = float(np.sqrt(np.sum(weights.astype(float) ** 2))), float(weights.sum()), int(layout.length)
-    sigma = dn.calibrate_sigma_share(eps, delta, honest_parties=honest, l2_sensitivity=l2, l1_sensitivity=l1,
-                                     dimension=dim)
-    event = DistributedDiscreteGaussianDpEvent(float(sigma), int(honest), l2, l1, dim)
-    while accounting.epsilon(event, delta, accountant="rdp") > eps:  # the ledger's own RDP conversion decides
-        sigma *= 1.0 + 1e-6
-        event = DistributedDiscreteGaussianDpEvent(float(sigma), int(honest), l2, l1, dim)
+    sigma, event = sn.integer_release_event(eps, delta, honest=honest, l2=l2, l1=l1, dimension=dim)
     bits = sn.integer_bits(floor_bits, records * float(weights.max()), sigma, parties, dim)
     noise = dn.DistributedNoisePlan(dimension=dim, clip=l2, gamma=1.0, bits=bits, sigma_share=float(sigma),
                                     honest_parties=honest, parties=parties, vectors=records)
