@@ -274,8 +274,9 @@ def test_epsilon_delta_event_is_the_claimed_pair():
     assert A.flatten([k2]) == {A.event_to_json(ev): 2}
     eps2 = A.epsilon(k2, 1e-6)
     assert eps2 <= A.sequential_basic([(0.7, 4e-7)] * 2)[0] + 1e-3
-    with pytest.raises(A.AccountingError):
-        A.epsilon(ev, 1e-6, accountant="rdp")
+    # RDP takes it by basic composition (issue 29: every ledger accounts for every event)
+    assert A.epsilon(ev, 1e-6, accountant="rdp") == pytest.approx(0.7, abs=1e-12)
+    assert math.isinf(A.epsilon(ev, 4e-7, accountant="rdp"))
 
 
 def test_within_fast_path_is_exact_equality_only():

@@ -17,7 +17,6 @@ import pytest
 
 from dpfed.cli import main
 from dpfed.core.events import DistributedDiscreteGaussianDpEvent as DDG
-from dpfed.core.events import EpsilonDeltaBoundDpEvent
 from dpfed.core.ledger import BudgetLedger, LedgerError
 from dpfed.core.ledger_migration import migrate_ledger
 
@@ -66,8 +65,8 @@ def test_rdp_to_pld_keeps_every_charge_and_never_lowers_the_spend(tmp_path):
 
 def test_a_release_the_new_accountant_cannot_take_is_refused_and_nothing_changes(tmp_path):
     db = tmp_path / "ledger.sqlite"
-    with BudgetLedger(db, epsilon_limit=5.0, delta_limit=DELTA) as led:
-        led.charge("job", EpsilonDeltaBoundDpEvent(1.0, 1e-7))
+    with BudgetLedger(db, epsilon_limit=5.0, delta_limit=DELTA) as led:  # RDP has no subsampled Laplace
+        led.charge("job", dpa.PoissonSampledDpEvent(0.1, dpa.LaplaceDpEvent(2.0)))
     before = _meta(db)
     with pytest.raises(LedgerError, match="nothing changed"):
         migrate_ledger(db, "rdp", epsilon_limit=5.0, delta_limit=DELTA)
