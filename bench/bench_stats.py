@@ -1,6 +1,6 @@
 """Benchmark of federated statistics (issue 27 item 2) against diffprivlib 0.6.6's tools, in the same run.
 
-    python bench/bench_stats.py [--seeds 3] [--coverage-seeds 200]
+    python bench/bench_stats.py [--seeds 3] [--coverage-seeds 200] [--stats median,quantile --out stats_tree]
 
 Adult (all 48,842 records), columns age, hours-per-week, education-num (schema bounds 16..100, 1..99, 1..16),
 ungrouped, by sex and by class; epsilon 0.1 and 1 (delta 1e-6); statistics mean, variance, histogram (10
@@ -17,7 +17,9 @@ Errors: mean absolute error over groups (and bins) and seeds; variance relative 
 True values: NumPy on the records (quantiles NumPy's default). Coverage: over ``--coverage-seeds`` runs of
 one job per column and grouping answering all five statistics together (one composed plan, one party), the
 fraction of intervals that hold the true value (quantiles: NumPy's ``inverted_cdf``, the estimand), with its
-binomial standard error. Writes bench/results/stats.md and stats_error_vs_epsilon.png.
+binomial standard error. Writes bench/results/stats.md and stats_error_vs_epsilon.png (``--out NAME``:
+NAME.md and NAME_error_vs_epsilon.png). ``--stats`` restricts the error rows to some statistics; the coverage job
+still composes all five (its plan is the full one) and reports all five.
 """
 from __future__ import annotations
 
@@ -111,7 +113,7 @@ def _values(ans, by):
     return [ans["value"]] if by is None else ans["value"]
 
 
-def error_rows(ds, seeds):
+def error_rows(ds, seeds, stats=STATS):
     parts = split_parties(ds.X, ds.y, 5, "iid", np.random.default_rng(0))
     modes = ("1 party", "1 party gaussian", "5 parties distributed")
     rows = []
@@ -120,7 +122,7 @@ def error_rows(ds, seeds):
         lo, hi = ds.schema.features[j].lower, ds.schema.features[j].upper
         for by in GROUPINGS:
             masks = _groups(ds, by)
-            for stat in STATS:
+            for stat in stats:
                 for eps in EPSILONS:
                     errs = {m: [] for m in ("diffprivlib",) + modes}
                     for seed in range(seeds):
@@ -163,14 +165,15 @@ def coverage(ds, runs):
     return {k: (float(np.mean(v)), len(v)) for k, v in hits.items()}
 
 
-def plot(rows, path):
+def plot(rows, path, stats=STATS):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(STATS), figsize=(4 * len(STATS), 3.4))
-    for ax, stat in zip(axes, STATS):
+    fig, axes = plt.subplots(1, len(stats), figsize=(4 * len(stats), 3.4), squeeze=False)
+    axes = axes[0]
+    for ax, stat in zip(axes, stats):
         for method, style in (("diffprivlib", "k--o"), ("1 party", "b-o"), ("1 party gaussian", "c-s"),
                               ("5 parties distributed", "r-^")):
             ys = [np.nanmean([r[method] for r in rows if r["stat"] == stat and r["eps"] == e]) for e in EPSILONS]
@@ -187,16 +190,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--coverage-seeds", type=int, default=200)
+    ap.add_argument("--stats", default=",".join(STATS), help="comma-separated subset of " + ",".join(STATS))
+    ap.add_argument("--out", default="stats", help="result name under bench/results (default stats)")
     args = ap.parse_args()
+    stats = tuple(s for s in STATS if s in args.stats.split(","))
+    if not stats or set(args.stats.split(",")) - set(STATS):
+        ap.error(f"--stats takes a comma-separated subset of {','.join(STATS)}")
     t0 = time.perf_counter()
     ds = load_dataset("adult")
     head = ("| column | grouping | statistic | epsilon | diffprivlib | dpfed 1 party | dpfed 1 party Gaussian | "
             "dpfed 5 parties distributed |\n|---|---|---|---|---|---|---|---|")
     print(head)
-    rows = error_rows(ds, args.seeds)
+    rows = error_rows(ds, args.seeds, stats)
     summary = ["| statistic | epsilon | dpfed 1 party / diffprivlib | 5 distributed / 1 party | "
                "5 distributed / 1 party Gaussian |", "|---|---|---|---|---|"]
-    for stat in STATS:
+    for stat in stats:
         for eps in EPSILONS:
             sel = [r for r in rows if r["stat"] == stat and r["eps"] == eps]
 
@@ -214,18 +222,20 @@ def main() -> None:
     for (eps, stat), (c, n) in sorted(cov.items()):
         ctab.append(f"| {eps:g} | {stat} | {n} | {c:.4f} | {math.sqrt(0.95 * 0.05 / n):.4f} |")
     print("\n".join(ctab))
-    plot(rows, RESULTS / "stats_error_vs_epsilon.png")
+    png = f"{args.out}_error_vs_epsilon.png"
+    plot(rows, RESULTS / png, stats)
     body = "\n".join(f"| {r['column']} | {r['by']} | {r['stat']} | {r['eps']:g} | {r['diffprivlib']:.4g} | "
                      f"{r['1 party']:.4g} | {r['1 party gaussian']:.4g} | {r['5 parties distributed']:.4g} |"
                      for r in rows)
-    (RESULTS / "stats.md").write_text(
+    flags = "" if stats == STATS else f" --stats {','.join(stats)} --out {args.out}"
+    (RESULTS / f"{args.out}.md").write_text(
         f"# Federated statistics against diffprivlib 0.6.6 (bench/bench_stats.py)\n\n"
-        f"`python bench/bench_stats.py --seeds {args.seeds} --coverage-seeds {args.coverage_seeds}`, "
+        f"`python bench/bench_stats.py --seeds {args.seeds} --coverage-seeds {args.coverage_seeds}{flags}`, "
         f"{time.perf_counter() - t0:.0f} s. Method and definitions: the script's docstring.\n\n"
         f"## Summary (geometric mean of the error ratios over the 9 column x grouping rows)\n\n"
         + "\n".join(summary) + "\n\n## Interval coverage\n\n" + "\n".join(ctab)
         + f"\n\n## Mean absolute error (variance: relative), mean over groups and {args.seeds} seeds\n\n"
-        + head + "\n" + body + "\n\n![error vs epsilon](stats_error_vs_epsilon.png)\n")
+        + head + "\n" + body + f"\n\n![error vs epsilon]({png})\n")
 
 
 if __name__ == "__main__":

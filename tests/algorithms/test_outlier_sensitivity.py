@@ -221,9 +221,10 @@ STATS_QUERIES = ["count", "mean:u", "var:v", "median:u:bins=32", "quantile:v:0.9
 @pytest.mark.parametrize("mechanism,delta", [("gaussian", 1e-6), ("laplace", 0.0)])
 @pytest.mark.parametrize("u,v", [(FAR * 10, -FAR * 5), (math.inf, -math.inf), (-math.inf, math.inf)])
 def test_statistics_outlier_moves_the_release_by_at_most_its_sensitivity(mechanism, delta, u, v):
-    """Every statistics block (counts, Bernstein moments, histograms, tables, per class): a record clamped to the
-    bounds adds exactly its block weight W_b in L1 to each block, so the vector moves by at most sum W_b (L1) and
-    sqrt(sum W_b^2) (L2), the plan's sensitivities, with the same noise draws from the same seed."""
+    """Every statistics block (counts, Bernstein moments, histograms, quantile trees, tables, per class): a record
+    clamped to the bounds adds exactly its block weight W_b in L1 to each block level h_b, so the vector moves by
+    at most sum h_b W_b (L1) and sqrt(sum h_b W_b^2) (L2), the plan's sensitivities, with the same noise draws
+    from the same seed."""
     from dpfed.algorithms import statistics
 
     g = np.random.default_rng(0)
@@ -238,8 +239,14 @@ def test_statistics_outlier_moves_the_release_by_at_most_its_sensitivity(mechani
         return _arrays(statistics.StatisticsParty().answer(spec, task, X, y, SecureRNG.from_seed("st")))["stats"]
 
     diff = (release(np.vstack([X, [1, u, v]]), np.append(y, 1)) - release(X, y)).astype(float)
+    # the 90 % quantile's default 256-cell grid is a 16-ary tree of 2 levels (256 leaves + 16 nodes, Hay et al.
+    # 2010): the record adds W once per level; every other block once
+    levels = [2 if block.size == 2 * (256 + 16) else 1 for block in layout.blocks]
+    assert sum(levels) == len(layout.blocks) + 1
     for b, block in enumerate(layout.blocks):
-        assert np.abs(diff[block.offset:block.offset + block.size]).sum() == plan.weights[b]
+        assert np.abs(diff[block.offset:block.offset + block.size]).sum() == levels[b] * plan.weights[b]
+    W = plan.weights.astype(float)
+    assert plan.l1 == np.dot(levels, W) and plan.l2 == pytest.approx(math.sqrt(np.dot(levels, W * W)))
     assert np.abs(diff).sum() <= plan.l1 and np.linalg.norm(diff) <= plan.l2
 
 

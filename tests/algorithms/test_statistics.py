@@ -26,7 +26,7 @@ from dpfed.simulation.inprocess import run_inprocess
 SCHEMA = Schema((Feature("a", "categorical", categories=3), Feature("u", "numeric", lower=0.0, upper=10.0),
                  Feature("v", "numeric", lower=-5.0, upper=5.0), Feature("b", "categorical", categories=2)),
                 n_classes=2)
-QUERIES = ["count", "mean:u", "var:v", "std:u", "sum:v", "median:u:bins=40", "quantile:v:0.9:bins=20",
+QUERIES = ["count", "mean:u", "var:v", "std:u", "sum:v", "median:u:bins=40", "quantile:v:0.9",
            "histogram:u:bins=5", "histogram:a", "table:a:b"]
 TASK = Task("st", 0, "statistics")
 
@@ -54,11 +54,13 @@ def _pld_eps(event, delta: float) -> float:
 
 def test_blocks_are_counted_independently():
     """The queries above need, per group of ``a``: moments of u (degree 2, for std), moments of v (degree 2),
-    a 40-bin and a 20-bin grid, a 5-bin histogram of u, the histogram of a, the table a x b: 7 blocks (the count
-    reads the first moments block)."""
+    a 40-bin grid (too small for a second tree level: a plain histogram), the default 256-cell quantile grid as a
+    16-ary tree without its root (Hay et al. 2010: 256 leaves + 16 nodes, 2 levels), a 5-bin histogram of u,
+    the histogram of a, the table a x b: 7 blocks (the count reads the first moments block), 8 levels."""
     layout = statistics.job_layout(_spec())
     assert layout.n_blocks == 7
-    assert layout.length == 3 * (3 + 3 + 40 + 20 + 5 + 3 + 6)
+    assert layout.length == 3 * (3 + 3 + 40 + (256 + 16) + 5 + 3 + 6)
+    assert sorted(layout.levels) == [1] * 6 + [2]
 
 
 @pytest.mark.parametrize("eps,delta,mech", [(1.0, 0.0, "auto"), (0.5, 1e-6, "laplace"), (2.0, 1e-6, "gaussian")])
@@ -68,7 +70,7 @@ def test_local_plan_equals_an_event_built_here(eps, delta, mech):
     job = half.job_event(spec)
     assert accounting.event_to_json(job) == accounting.event_to_json(half.task_event(spec, TASK))
     plan = statistics.plan_release(spec)
-    m = 7
+    m = 8  # 6 one-level blocks + the 2-level quantile tree: a record adds one count per tree level (Hay et al.)
     if mech == "gaussian":  # z: the smallest multiplier dp_accounting's own PLD accepts (to 3e-4)
         assert isinstance(job, dpa.GaussianDpEvent)
         z = job.noise_multiplier
@@ -89,8 +91,9 @@ def test_secure_plan_equals_an_event_built_here():
     assert len(w) == 7 and len(set(w.tolist())) == 1
     L = statistics.job_layout(spec).length
     assert isinstance(job, DistributedDiscreteGaussianDpEvent)
+    # 8 levels of equal weight (the quantile tree counts once per level): L1 8 W, L2 sqrt(8) W
     assert (job.parties, job.l2_sensitivity, job.l1_sensitivity, job.dimension) == \
-        (3, pytest.approx(math.sqrt(7) * w[0]), 7 * w[0], L)
+        (3, pytest.approx(math.sqrt(8) * w[0]), 8 * w[0], L)
     # the smallest share meeting the target (by the RDP conversion the ledger uses), to 1e-3
     assert accounting.epsilon(job, 1e-5, accountant="rdp") <= 1.0
     smaller = DistributedDiscreteGaussianDpEvent(job.sigma_share * (1 - 1e-3), 3, job.l2_sensitivity,
@@ -128,7 +131,37 @@ def test_party_statistics_before_noise_equal_numpy_on_clamped_records():
         # the quantile grid's cells are NumPy's histogram: the quantile lies in its interval at zero noise
         qv = ans["quantile(v, 0.9) by a"]
         true = np.quantile(v[s], 0.9, method="inverted_cdf")
-        assert qv.lower[g] <= true <= qv.upper[g] and qv.upper[g] - qv.lower[g] <= 10 / 20 + 1e-12
+        assert qv.lower[g] <= true <= qv.upper[g] and qv.upper[g] - qv.lower[g] <= 10 / 256 + 1e-12
+    # the quantile tree's blocks: leaves = NumPy's 256-bin histogram, level 1 = sums of 16 consecutive leaves
+    (tb,) = [bl for bl in layout.blocks if bl.kind == "tree"]
+    nodes = vec[tb.offset:tb.offset + tb.size].reshape(3, 272) // int(plan.weights[0])
+    for g in range(3):
+        leaves = np.histogram(v[a == g], 256, (-5, 5))[0]
+        np.testing.assert_array_equal(nodes[g], np.concatenate([leaves, leaves.reshape(16, 16).sum(axis=1)]))
+
+
+@pytest.mark.parametrize("G", [256, 300, 4096])
+def test_tree_consistency_is_least_squares(G):
+    """Hay et al.'s constrained inference equals the least-squares leaves of the noisy nodes (NumPy lstsq on the
+    node-leaf incidence built here: 16 consecutive nodes per parent, the root omitted), and the prefix variances
+    equal sum of squares of that linear map's rows."""
+    from dpfed.algorithms.statistics import tree
+
+    sizes = [G]
+    while len(sizes) < max(1, round(math.log(G, 16))):
+        sizes.append(-(-sizes[-1] // 16))
+    rows = [np.eye(G)] + [np.stack([np.arange(G) // 16 ** lv == i for i in range(n)]).astype(float)
+                          for lv, n in enumerate(sizes[1:], start=1)]
+    A = np.vstack(rows)
+    assert tree.tree_levels(G) == tuple(sizes)
+    if G > 300:
+        return  # lstsq on 4368 x 4096 is slow; the structure check above suffices
+    x = np.random.default_rng(G).normal(0, 3, (2, A.shape[0]))
+    ols = np.linalg.lstsq(A, x.T, rcond=None)[0].T
+    np.testing.assert_allclose(tree.consistent_leaves(x, G), ols, atol=1e-9)
+    M = np.linalg.pinv(A)  # leaves = M nodes
+    C = np.cumsum(M, axis=0)
+    np.testing.assert_allclose(tree.prefix_variance(G, 0.9), np.sum((C - 0.9 * C[-1]) ** 2, axis=1), rtol=1e-9)
 
 
 # ------------------------------------------------------------------------------------------ the noise
@@ -157,7 +190,7 @@ def test_interval_coverage_fast():
     family covers at >= its nominal 95 % minus 3.5 binomial standard errors (sqrt(.95 .05 / 150) = 1.8 %): a
     false alarm per family < 3e-4 for a correct interval (one-sided normal approximation)."""
     X, y = _data(800, seed=3)
-    spec = _spec(0.5, 0.0, "laplace", queries=["mean:u", "var:v", "median:u:bins=50", "histogram:a"], by="b")
+    spec = _spec(0.5, 0.0, "laplace", queries=["mean:u", "var:v", "median:u", "histogram:a"], by="b")
     algo = get_algorithm("statistics")
     u, v, a, b = X[:, 1], X[:, 2], X[:, 0].astype(int), X[:, 3].astype(int)
     truth = [np.array([u[b == g].mean() for g in (0, 1)]), np.array([v[b == g].var() for g in (0, 1)]),

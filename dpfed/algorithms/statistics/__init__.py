@@ -6,9 +6,9 @@ interval.
 Modules, by role: :mod:`.queries` (the queries and the layout of the one released vector), :mod:`.plan` (block
 weights, mechanism, the charged event), :mod:`.encode` (the party's integer vector), :mod:`.secure`
 (distributed noise under secure aggregation), :mod:`.release` (the job's one plan, local or secure),
-:mod:`.party` and :mod:`.coordinator` (the two halves), :mod:`.estimate` (answers, standard errors,
-intervals), :mod:`.tools` (diffprivlib-style one-party functions), :mod:`.options` (parameters and
-command-line options), :mod:`.algorithm` (the registry entry).
+:mod:`.party` and :mod:`.coordinator` (the two halves), :mod:`.tree` (the hierarchical histogram of quantiles),
+:mod:`.estimate` (answers, standard errors, intervals), :mod:`.tools` (diffprivlib-style one-party functions),
+:mod:`.options` (parameters and command-line options), :mod:`.algorithm` (the registry entry).
 """
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpfed.algorithms.statistics.queries import Block, Layout
+from dpfed.algorithms.statistics.tree import tree_counts
 from dpfed.core.clipping import clamp
 from dpfed.data.schema import DataValidationError, Schema
 
@@ -80,6 +81,9 @@ def _block_sums(X: np.ndarray, y: np.ndarray | None, block: Block, weight: int, 
         # float64 sums of integers are exact below 2^53 (records * weight, checked by the caller)
         return np.rint(np.bincount(idx, weights=parts.ravel(), minlength=block.size)).astype(np.int64)
     cells = cell_codes(X, block, schema)
+    if block.kind == "tree":  # leaf histogram per group, then every level's node sums (Hay et al. 2010)
+        leaves = np.bincount(g * block.bins + cells, minlength=block.groups * block.bins).reshape(block.groups, -1)
+        return tree_counts(leaves).ravel().astype(np.int64) * weight
     return np.bincount(g * block.cells + cells, minlength=block.size).astype(np.int64) * weight
 
 

@@ -16,7 +16,11 @@ of known variance v (the plan's per-entry variance times the number of noise sha
   and D_j = C_j - q C_{G-1} = (1 - q) C_j - q (N - C_j) has variance v ((1 - q)^2 (j + 1) + q^2 (G - 1 - j)).
   x* = inf{x : #(x' <= x) >= q N} (NumPy's ``inverted_cdf``) lies below e_{j+1} iff D_j >= 0, so the interval is
   [e_{j+1} of the last j with D_j + k sd_j < 0, e_{j+1} of the first j with D_j - k sd_j >= 0]; the value
-  interpolates linearly inside the bin where the running maximum of C first reaches q N.
+  interpolates linearly inside the bin where the running maximum of C first reaches q N;
+* quantile from a tree block (:mod:`.tree`, Hay et al. 2010): the same rule on the least-squares consistent
+  leaves, with sd_j^2 = v Var(C_j - q N) of the consistent estimate (:func:`.tree.prefix_variance`: the linear
+  map from the noisy nodes applied to unit vectors, exact for independent equal-variance node noise); a count
+  read from a tree block is the consistent total, with variance v Var(N);
 
 Intervals are value +- k standard errors: k = the normal quantile under Gaussian noise; under Laplace noise
 k = ln(1 / alpha) / sqrt 2, the exact two-sided quantile of one Laplace variable in standard-error units
@@ -32,6 +36,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dpfed.algorithms.statistics.queries import Block, Layout, Query
+from dpfed.algorithms.statistics.tree import consistent_leaves, prefix_variance
 from dpfed.data.schema import Schema
 
 __all__ = ["Answer", "multiplier", "moment_estimate", "quantile_estimate", "estimate_all"]
@@ -114,15 +119,19 @@ def moment_estimate(q: Query, T: np.ndarray, v: float, degree: int, lo: float, r
     return clipped, se, np.clip(value - k * se, lo_v, hi_v), np.clip(value + k * se, lo_v, hi_v)
 
 
-def quantile_estimate(h: np.ndarray, v: float, q: float, lo: float, r: float, k: float) -> tuple[np.ndarray, ...]:
+def quantile_estimate(h: np.ndarray, v: float, q: float, lo: float, r: float, k: float,
+                      unit_var: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """(value, se, lower, upper) of quantile ``q`` from noisy histograms ``h`` (groups, G) on a grid over
-    [lo, lo + r] (module docstring); se is the interval's half width over k."""
+    [lo, lo + r] (module docstring); ``unit_var[j]`` is Var(C_j - q N) / v (default: independent cells); se is
+    the interval's half width over k."""
     G = h.shape[1]
     C = np.cumsum(h, axis=1)
     N = C[:, -1:]
     D = C - q * N
     j = np.arange(G)
-    sd = np.sqrt(v * ((1 - q) ** 2 * (j + 1) + q * q * (G - 1 - j)))[None, :]
+    if unit_var is None:
+        unit_var = (1 - q) ** 2 * (j + 1) + q * q * (G - 1 - j)
+    sd = np.sqrt(v * np.asarray(unit_var))[None, :]
     edges = lo + r * (j + 1) / G
     below = (D + k * sd) < 0
     above = (D - k * sd) >= 0
@@ -159,16 +168,21 @@ def estimate_all(layout: Layout, schema: Schema, total: np.ndarray, weights: np.
         T = T / float(weights[b])
         v = float(entry_var[b])
         names = _group_names(block, schema)
+        if block.kind == "tree":
+            T = consistent_leaves(T, block.bins)
         if block.kind == "moments":
             f = schema.features[block.column]
             out.append(Answer(q, names, *moment_estimate(q, T, v, block.degree, f.lower, f.upper - f.lower, k)))
         elif q.stat == "count":  # a count block, or the cells of a histogram or table of the same grouping
             n = T.sum(axis=1)
-            se = np.full(len(n), math.sqrt(v * block.cells))
+            cells = float(prefix_variance(block.bins, 0.0)[-1]) if block.kind == "tree" else block.cells
+            se = np.full(len(n), math.sqrt(v * cells))
             out.append(Answer(q, names, np.maximum(n, 0.0), se, np.maximum(n - k * se, 0.0), np.maximum(n + k * se, 0.0)))
         elif q.stat in ("quantile", "median"):
             f = schema.features[block.column]
-            res = quantile_estimate(T, v, float(q.q or 0.5), f.lower, f.upper - f.lower, k)
+            qq = float(q.q or 0.5)
+            res = quantile_estimate(T, v, qq, f.lower, f.upper - f.lower, k,
+                                    prefix_variance(block.bins, qq) if block.kind == "tree" else None)
             out.append(Answer(q, names, *res))
         else:  # histogram or table cells
             se = np.full(T.shape, math.sqrt(v))

@@ -3,9 +3,10 @@ mechanism and its noise, and the ONE event the party charges for every query of 
 
 All blocks of :class:`~.queries.Layout` go out as one integer vector. Block b is scaled by an integer weight
 W_b (fixed-point units per record: a count cell gets W_b, a Bernstein basis vector is rounded to integers
-summing to exactly W_b), so one record moves the vector by at most sum_b W_b in L1 and sqrt(sum_b W_b^2) in
-L2. Every block has the same weight (equal share of the budget: with m blocks each gets epsilon / m under
-Laplace, or a noise multiplier sqrt(m) z under the Gaussian).
+summing to exactly W_b), so one record moves the vector by at most sum_b h_b W_b in L1 and
+sqrt(sum_b h_b W_b^2) in L2, h_b the block's levels (1, or a quantile tree's levels: one node per level,
+Hay et al. 2010). Every block has the same weight, so each level is one of m = sum_b h_b equal shares of the
+budget: epsilon / m under Laplace, or a noise multiplier sqrt(m) z under the Gaussian.
 
 Mechanism, as in naive Bayes (:mod:`dpfed.algorithms.naive_bayes.plan`): the exact discrete Laplace
 (Canonne, Kamath & Steinke 2020; scale (L1 + 1) / epsilon, charged as ``DiscreteLaplaceDpEvent(epsilon, 1)``,
@@ -31,7 +32,7 @@ from dpfed.core.memo import shared_cache
 from dpfed.data.schema import Schema
 
 __all__ = ["TASK_KIND", "MECHANISMS", "GRID", "MIN_GRID", "MAX_SIGMA_UNITS", "StatsPlan", "discrete_laplace_var",
-           "job_layout", "local_plan", "CONFIDENCE"]
+           "job_layout", "local_plan", "sensitivities", "CONFIDENCE"]
 
 TASK_KIND = "statistics"
 MECHANISMS = ("auto", "laplace", "gaussian")
@@ -91,12 +92,18 @@ def _layout(schema_json: str, queries: tuple, group_by: str | None) -> Layout:
     return Layout.build(parse_queries(items, group_by), Schema.from_json(schema_json))
 
 
+def sensitivities(weights: np.ndarray, levels: tuple[int, ...]) -> tuple[int, float]:
+    """(L1, L2) of one record: sum_b h_b W_b and sqrt(sum_b h_b W_b^2) (module docstring)."""
+    h = np.asarray(levels, dtype=np.float64)
+    return int(np.sum(h * weights)), float(np.sqrt(np.sum(h * weights.astype(np.float64) ** 2)))
+
+
 @shared_cache(maxsize=64)
-def local_plan(n_blocks: int, eps: float, delta: float, mech: str) -> StatsPlan:
-    """The plan of ``n_blocks`` equal-weight blocks at (eps, delta) (module docstring)."""
+def local_plan(levels: tuple[int, ...], eps: float, delta: float, mech: str) -> StatsPlan:
+    """The plan of equal-weight blocks of ``levels`` each (:attr:`.queries.Layout.levels`) at (eps, delta)."""
     if mech == "gaussian" and delta == 0:
         raise ValueError("the Gaussian mechanism needs delta > 0; use mechanism 'laplace' for pure DP")
-    m = int(n_blocks)
+    m = int(sum(levels))
     z = accounting.gaussian_noise_multiplier(eps, delta, rtol=1e-5) if delta > 0 and mech != "laplace" else math.inf
     grid = min(GRID, int(MAX_SIGMA_UNITS / (z * math.sqrt(m)))) if math.isfinite(z) else GRID
     use_gauss = mech == "gaussian" or (mech == "auto" and math.isfinite(z) and m * z * z < 2.0 * (m / eps) ** 2
@@ -105,13 +112,13 @@ def local_plan(n_blocks: int, eps: float, delta: float, mech: str) -> StatsPlan:
         raise ValueError(f"epsilon {eps:g} is too small for an integer Gaussian release of {m} blocks; "
                          "use mechanism 'laplace'")
     if not use_gauss:
-        weights = np.full(m, GRID, np.int64)
-        l1 = int(weights.sum())
+        weights = np.full(len(levels), GRID, np.int64)
+        l1, l2 = sensitivities(weights, levels)
         t = (l1 + 1) / eps  # dpfed.core.mechanisms.discrete_laplace's scale for L1 > 4096
-        return StatsPlan("laplace", weights, l1, float(np.sqrt(np.sum(weights.astype(float) ** 2))), t,
-                         discrete_laplace_var(t), dp_event.DiscreteLaplaceDpEvent(float(eps), 1))
-    weights = np.full(m, grid, np.int64)
-    l2 = float(np.sqrt(np.sum(weights.astype(float) ** 2)))
+        return StatsPlan("laplace", weights, l1, l2, t, discrete_laplace_var(t),
+                         dp_event.DiscreteLaplaceDpEvent(float(eps), 1))
+    weights = np.full(len(levels), grid, np.int64)
+    l1, l2 = sensitivities(weights, levels)
     sigma = z * l2 * (1.0 + 1e-12)  # GaussianDpEvent(sigma / l2) stays >= z after rounding
-    return StatsPlan("gaussian", weights, int(weights.sum()), l2, sigma, sigma ** 2 + 1.0 / 12.0,
+    return StatsPlan("gaussian", weights, l1, l2, sigma, sigma ** 2 + 1.0 / 12.0,
                      dp_event.GaussianDpEvent(float(z)))

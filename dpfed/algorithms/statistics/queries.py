@@ -15,13 +15,16 @@ Each query is answered from one *block* of the vector; queries that need the sam
   entries summing to exactly 1: L1 (and L2) sensitivity 1 for count, sum and sum of squares together, where
   three separate sums would cost 3;
 * ``hist``: per group a histogram of a column (a categorical one's codes, or ``bins`` equal-width bins over a
-  numeric one's public bounds, the last bin closed); quantiles and medians read the same histogram on their
-  public grid (``bins``, default :data:`QUANTILE_GRID`);
+  numeric one's public bounds, the last bin closed);
+* ``tree``: per group the hierarchical histogram (:mod:`.tree`, Hay et al. 2010) of a numeric column on the
+  public grid of quantiles and medians (``bins`` leaves, default :data:`QUANTILE_GRID`); a grid too small for
+  a second level (h = 1) is a plain ``hist`` block, shared with a histogram of the same bins;
 * ``table``: per group the two-way contingency table of two categorical columns;
 * ``count``: per group the number of records (only when no other block of the same grouping gives it).
 
 Each record adds at most its block's weight to the entries of each block (one group, one cell or one basis
-vector), so the vector's sensitivities are the L1 and L2 norms of the block weights.
+vector) and to each LEVEL of a tree block (one node per level), so with ``levels`` h_b per block the vector's
+sensitivities are sum_b h_b W_b (L1) and sqrt(sum_b h_b W_b^2) (L2).
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from dpfed.algorithms.statistics.tree import tree_cells, tree_levels
 from dpfed.data.schema import Schema
 
 __all__ = ["STATS", "LABEL", "QUANTILE_GRID", "MAX_BINS", "MAX_QUERIES", "Query", "Block", "Layout",
@@ -127,14 +131,14 @@ def default_queries(schema: Schema) -> list[str]:
 class Block:
     """One block of the released vector: ``groups`` x ``cells`` entries from ``offset``, weight per record."""
 
-    kind: str                 # "moments", "hist", "table", "count"
+    kind: str                 # "moments", "hist", "tree", "table", "count"
     column: int               # feature index (-1 for count)
     column2: int              # second feature of a table (-1 otherwise)
     by: int                   # grouping feature index, -1 none, -2 the label
     groups: int
     cells: int
     degree: int = 0           # moments: 1 or 2
-    bins: int = 0             # hist of a numeric column: equal-width bins
+    bins: int = 0             # hist of a numeric column: equal-width bins; tree: its leaves
     offset: int = 0
 
     @property
@@ -143,6 +147,11 @@ class Block:
 
     def key(self) -> tuple:
         return (self.kind, self.column, self.column2, self.by, self.bins)
+
+    @property
+    def levels(self) -> int:
+        """Entries one record adds to per group, in units of the weight (a tree: one node per level)."""
+        return len(tree_levels(self.bins)) if self.kind == "tree" else 1
 
 
 @dataclass(frozen=True)
@@ -198,7 +207,10 @@ class Layout:
                     wanted.append(Block("hist", c, -1, by, g, int(f.categories)))
                 else:
                     bins = q.bins or (QUANTILE_GRID if q.stat != "histogram" else 10)
-                    wanted.append(Block("hist", c, -1, by, g, bins, bins=bins))
+                    if q.stat != "histogram" and len(tree_levels(bins)) > 1:
+                        wanted.append(Block("tree", c, -1, by, g, tree_cells(bins), bins=bins))
+                    else:
+                        wanted.append(Block("hist", c, -1, by, g, bins, bins=bins))
         return cls.assemble(tuple(queries), wanted)
 
     @classmethod
@@ -239,6 +251,11 @@ class Layout:
     @property
     def n_blocks(self) -> int:
         return len(self.blocks)
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        """Each block's :attr:`Block.levels` (the plan's sensitivities: module docstring)."""
+        return tuple(b.levels for b in self.blocks)
 
 
 def check_size(layout: Layout, cap: int) -> None:

@@ -5,7 +5,8 @@
 As for naive Bayes (:mod:`dpfed.algorithms.naive_bayes.secure`, Kairouz, Liu & Steinke ICML 2021): each party
 sends its integer statistics vector (:func:`.encode.party_statistics`, exact integers per record, so the
 per-party sum is exact) plus one discrete Gaussian share N_Z(0, sigma_share^2), masked by SecAgg; one record
-moves the survivors' sum by at most the block weights' L2 and L1 norms, so the event is
+moves the survivors' sum by at most the plan's L2 and L1 (:func:`.plan.sensitivities`: a quantile tree counts
+once per level), so the event is
 ``DistributedDiscreteGaussianDpEvent(sigma_share, P_min - c, L2, L1, L)`` accounted by RDP, sigma_share the
 smallest meeting (epsilon, delta). The modulus holds ``records`` x the largest weight plus the noise tail
 (:func:`dpfed.algorithms.secure_noise.integer_bits`).
@@ -22,7 +23,8 @@ from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import JobSpec, Task, TaskRejected
 from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.algorithms.statistics.encode import party_statistics
-from dpfed.algorithms.statistics.plan import GRID, MAX_SIGMA_UNITS, MIN_GRID, TASK_KIND, StatsPlan, job_layout
+from dpfed.algorithms.statistics.plan import (GRID, MAX_SIGMA_UNITS, MIN_GRID, TASK_KIND, StatsPlan, job_layout,
+                                              sensitivities)
 from dpfed.core import accounting
 from dpfed.core import distributed_noise as dn
 from dpfed.core.events import DistributedDiscreteGaussianDpEvent
@@ -40,19 +42,21 @@ def secure_release(spec: JobSpec) -> tuple[StatsPlan, SecurePlan]:
                          "mechanism must be 'auto' or 'gaussian'")
     layout = job_layout(spec)
     sp = sn.secure_params(spec.params)
-    return integer_plan(layout.n_blocks, layout.length, spec.epsilon, spec.delta, sp.honest, sp.parties, sp.records,
+    return integer_plan(layout.levels, layout.length, spec.epsilon, spec.delta, sp.honest, sp.parties, sp.records,
                         sp.bits, spec.job_id)
 
 
 @shared_cache(maxsize=64)
-def integer_plan(n_blocks: int, dim: int, eps: float, delta: float, honest: int, parties: int, records: int,
+def integer_plan(levels: tuple[int, ...], dim: int, eps: float, delta: float, honest: int, parties: int, records: int,
                  floor_bits: int, job_id: str) -> tuple[StatsPlan, SecurePlan]:
     z = accounting.gaussian_noise_multiplier(eps, delta, rtol=1e-5)  # sets the grid only
-    grid = min(GRID, int(MAX_SIGMA_UNITS * math.sqrt(honest) / (2 * z * math.sqrt(n_blocks))))
+    m = int(sum(levels))
+    grid = min(GRID, int(MAX_SIGMA_UNITS * math.sqrt(honest) / (2 * z * math.sqrt(m))))
     if grid < MIN_GRID:
-        raise ValueError(f"epsilon {eps:g} is too small for a distributed integer release of {n_blocks} blocks")
-    weights = np.full(n_blocks, grid, np.int64)
-    l2, l1 = float(np.sqrt(np.sum(weights.astype(float) ** 2))), float(weights.sum())
+        raise ValueError(f"epsilon {eps:g} is too small for a distributed integer release of {m} block levels")
+    weights = np.full(len(levels), grid, np.int64)
+    l1i, l2 = sensitivities(weights, levels)
+    l1 = float(l1i)
     sigma = dn.calibrate_sigma_share(eps, delta, honest_parties=honest, l2_sensitivity=l2, l1_sensitivity=l1,
                                      dimension=dim)
     sigma = smallest_sigma(lambda s: DistributedDiscreteGaussianDpEvent(float(s), int(honest), l2, l1, dim),

@@ -130,7 +130,8 @@ def histogram(x: Any, epsilon: float = 1.0, bins: int = 10, range: Sequence[floa
 def quantile(x: Any, q: float, epsilon: float = 1.0, bounds: Sequence[float] | None = None, *, delta: float = 0.0,
              random_state: int | None = None, confidence: float = 0.95, bins: int | None = None, by: Any = None,
              groups: int | None = None) -> Estimate:
-    """The q-quantile (0 < q < 1) from the noisy CDF on a public grid of ``bins`` cells over ``bounds``."""
+    """The q-quantile (0 < q < 1) from the consistent hierarchical histogram (Hay et al. 2010) on a public grid of
+    ``bins`` cells over ``bounds``."""
     query = f"quantile:x:{float(q)!r}" + (f":bins={int(bins)}" if bins else "")
     return _run(query, x, epsilon, bounds, delta, random_state, confidence, by, groups)
 
