@@ -3,8 +3,9 @@
     python bench/bench_forest.py [--seeds 3]
 
 * Data: adult (official split), nursery and mushroom (public random 70/30 split, seed 20180425).
-* dpfed ``random-forest``: T = 30 trees, depth D = round(log2(n / k)) + 2 (a public rule of the training
-  size n and the class count k; 16 / 13 / 13), all records in every tree. Configurations per epsilon:
+* dpfed ``random-forest``: T = 30 trees, the library's automatic depth (``random_forest/depth.py``: from the
+  public ``records`` bound = n train, k, epsilon, delta and the schema; no ``depth`` passed), all records in
+  every tree; the "no noise" column uses the same rule at sigma = 0, round(log2(n / k)) + 2. Configurations per epsilon:
   5 parties with distributed noise (discrete Gaussian shares under secure aggregation, delta 1e-6, iid split
   by ``default_rng(seed)``), and one party holding all the data (local rounded Gaussian, delta 1e-6). Runs
   the party and coordinator halves in process with the real SecAgg rounds (``run_inprocess``), what the gRPC
@@ -18,7 +19,6 @@ Writes bench/results/forest.md and bench/results/forest_privacy_utility.png.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -31,6 +31,7 @@ warnings.simplefilter("ignore")  # seeded SecureRNGs warn by design; this is a s
 
 from dpfed.algorithms.contract import JobSpec  # noqa: E402
 from dpfed.algorithms.random_forest import evaluate, job_forest, leaf_counts, postprocess  # noqa: E402
+from dpfed.algorithms.random_forest.depth import auto_depth  # noqa: E402
 from dpfed.data.datasets import load_dataset, split_parties  # noqa: E402
 from dpfed.simulation import run_inprocess  # noqa: E402
 
@@ -46,19 +47,22 @@ def dataset(name: str):
     return load_dataset(name) if name == "adult" else load_dataset(name, test_fraction=0.3)
 
 
-def depth_for(d) -> int:
-    """The public depth rule: round(log2(n / k)) + 2, within the released-count cap T 2^D k <= 2^22."""
-    k = d.schema.n_classes
-    depth = int(round(math.log2(len(d.y_train) / k))) + 2
-    while TREES * (1 << depth) * k > 1 << 22:
-        depth -= 1
-    return depth
+def depth_for(d, eps: float | None = None, parties: int = PARTIES) -> int:
+    """The library's automatic depth for the job (no noise: its sigma = 0 branch)."""
+    if eps is None:
+        return auto_depth(d.schema, len(d.y_train), TREES, 0.0)
+    return job_forest(JobSpec("bench-depth", "random-forest", job_params(d, eps, parties, 0), d.schema)).depth
+
+
+def job_params(d, eps: float, parties: int, seed: int) -> dict:
+    params = {"epsilon": eps, "delta": DELTA, "trees": TREES, "tree_seed": seed, "records": len(d.y_train)}
+    if parties > 1:
+        params.update(noise="distributed", secure_aggregation=True, bits=16)
+    return params
 
 
 def dpfed_accuracy(d, eps: float, parties: int, seed: int) -> float:
-    params = {"epsilon": eps, "delta": DELTA, "trees": TREES, "depth": depth_for(d), "tree_seed": seed}
-    if parties > 1:
-        params.update(noise="distributed", secure_aggregation=True, bits=16)
+    params = job_params(d, eps, parties, seed)
     spec = JobSpec(f"bench-rf-{seed}", "random-forest", params, d.schema)
     parts = split_parties(d.X_train, d.y_train, parties, "iid", np.random.default_rng(seed))
     res = run_inprocess(spec, parts, seed=seed)
@@ -105,7 +109,8 @@ def sweep(seeds: int) -> dict:
     out: dict = {}
     for name in DATASETS:
         d = dataset(name)
-        r: dict = {"n": len(d.y_train), "depth": depth_for(d), "cells": {}}
+        r: dict = {"n": len(d.y_train), "depth": depth_for(d), "cells": {},
+                   "depths": {e: (depth_for(d, e), depth_for(d, e, 1)) for e in EPSILONS}}
         r["sklearn"] = mean_std([sklearn_accuracy(d, s) for s in range(seeds)])
         r["exact"] = mean_std([dpfed_nonprivate(d, s) for s in range(seeds)])
         for eps in EPSILONS:
@@ -125,7 +130,7 @@ CONFIGS = ("dpfed 5 parties, distributed", "dpfed 1 party (all data)", "diffpriv
 def tables(res: dict, seeds: int) -> str:
     lines = [f"Test accuracy, mean ± std over {seeds} seeds; dpfed: {TREES} trees, δ = {DELTA:g}; diffprivlib "
              "0.6.6: 10 trees, pure ε.\n",
-             "| data set (n train, depth) | non-private sklearn | dpfed, no noise | "
+             "| data set (n train, depth without noise) | non-private sklearn | dpfed, no noise | "
              + " | ".join(f"{c} ε={e:g}" for e in TABLE_EPS for c in CONFIGS) + " | target ε=1 | met |",
              "|---|---|---|" + "---|" * (len(TABLE_EPS) * len(CONFIGS)) + "---|---|"]
     for name in DATASETS:
@@ -139,7 +144,10 @@ def tables(res: dict, seeds: int) -> str:
         lines.append(f"| {name} ({r['n']}, {r['depth']}) | {r['sklearn'][0]:.4f} | {r['exact'][0]:.4f} | "
                      + " | ".join(f"{cell[(c, e)][0]:.4f} ± {cell[(c, e)][1]:.4f}" for e in TABLE_EPS for c in CONFIGS)
                      + f" | {TARGETS[name]} | {verdict} |")
-    lines += ["", "All epsilons (the plot):", "", "| data set | configuration | "
+    lines += ["", "Automatic depth per ε (5 parties distributed / 1 party): "
+              + "; ".join(f"{name} " + ", ".join(f"ε={e:g}: {res[name]['depths'][e][0]}/{res[name]['depths'][e][1]}"
+                                                 for e in EPSILONS) for name in DATASETS) + ".",
+              "", "All epsilons (the plot):", "", "| data set | configuration | "
               + " | ".join(f"ε={e:g}" for e in EPSILONS) + " |", "|---|---|" + "---|" * len(EPSILONS)]
     for name in DATASETS:
         for c in CONFIGS:

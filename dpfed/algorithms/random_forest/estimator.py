@@ -11,7 +11,7 @@ from dpfed.algorithms.driver import run_local
 from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
 from dpfed.algorithms.random_forest.algorithm import ALGORITHMS
 from dpfed.algorithms.random_forest.model import predict_proba
-from dpfed.algorithms.random_forest.plan import DEFAULT_ALPHA, DEFAULT_DEPTH, DEFAULT_TREES
+from dpfed.algorithms.random_forest.plan import DEFAULT_ALPHA, DEFAULT_TREES
 from dpfed.algorithms.random_forest.records import party_records
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import DataValidationError, Feature, Schema
@@ -30,11 +30,13 @@ class DPRandomForestClassifier(EstimatorParams, ClassifierScore):
     all-numeric bounds and the class count from the data and warns (:class:`DataDerivedSchemaWarning`): that
     leaks. ``random_state`` (int) fixes the trees and makes the noise reproducible (simulation only; it warns);
     None draws a fresh public tree seed and uses the secure generator. ``delta`` > 0 allows the Gaussian
-    (sensitivity sqrt(T) instead of T for Laplace); ``delta=0`` is pure epsilon-DP.
+    (sensitivity sqrt(T) instead of T for Laplace); ``delta=0`` is pure epsilon-DP. ``max_depth=None`` is the
+    library default depth (the automatic rule of ``random_forest/depth.py`` needs a public record bound, which
+    the one-array estimator does not take; pass ``max_depth`` for your data).
     """
 
     def __init__(self, epsilon: float = 1.0, delta: float = 1e-6, n_estimators: int = DEFAULT_TREES,
-                 max_depth: int = DEFAULT_DEPTH, schema: Schema | None = None, random_state: int | None = None,
+                 max_depth: int | None = None, schema: Schema | None = None, random_state: int | None = None,
                  mechanism: str = "auto", alpha: float = DEFAULT_ALPHA, features: Sequence[str] | None = None) -> None:
         self.epsilon, self.delta, self.n_estimators, self.max_depth = epsilon, delta, n_estimators, max_depth
         self.schema, self.random_state, self.mechanism, self.alpha = schema, random_state, mechanism, alpha
@@ -60,8 +62,10 @@ class DPRandomForestClassifier(EstimatorParams, ClassifierScore):
         rng = SecureRNG() if self.random_state is None else SecureRNG.from_seed(int(self.random_state))
         seed = int(self.random_state) if self.random_state is not None else int(SecureRNG().integers(1 << 62))
         params = {"epsilon": float(self.epsilon), "delta": float(self.delta), "trees": int(self.n_estimators),
-                  "depth": int(self.max_depth), "tree_seed": seed, "mechanism": self.mechanism,
+                  "tree_seed": seed, "mechanism": self.mechanism,
                   "alpha": float(self.alpha)}
+        if self.max_depth is not None:
+            params["depth"] = int(self.max_depth)
         if self.features is not None:
             params["features"] = list(self.features)
         algo = ALGORITHMS["random-forest"]

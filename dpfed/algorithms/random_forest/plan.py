@@ -28,12 +28,14 @@ from typing import Any
 from dp_accounting import dp_event
 
 from dpfed.algorithms.contract import JobSpec
+from dpfed.algorithms.random_forest.depth import auto_depth
 from dpfed.algorithms.random_forest.structure import Forest, forest_for, seed_material
 from dpfed.core import accounting
 from dpfed.core.memo import shared_cache
+from dpfed.data.schema import Schema
 
 __all__ = ["TASK_KIND", "MECHANISMS", "DEFAULT_TREES", "DEFAULT_DEPTH", "DEFAULT_ALPHA", "ForestPlan",
-           "ForestOptions", "job_options", "job_forest", "local_plan"]
+           "ForestOptions", "job_options", "job_forest", "local_plan", "resolved_depth"]
 
 TASK_KIND = "rf-leaf-counts"
 MECHANISMS = ("auto", "laplace", "gaussian")
@@ -68,7 +70,8 @@ class ForestPlan:
 def job_options(spec: JobSpec) -> ForestOptions:
     """The job's forest options (ValueError with a reason when malformed)."""
     p: dict[str, Any] = dict(spec.params)
-    trees, depth = int(p.get("trees", DEFAULT_TREES)), int(p.get("depth", DEFAULT_DEPTH))
+    trees = int(p.get("trees", DEFAULT_TREES))
+    depth = resolved_depth(p, spec.schema)
     if trees < 1 or depth < 1:
         raise ValueError("random forest needs trees >= 1 and depth >= 1")
     mech = str(p.get("mechanism", "auto"))
@@ -81,6 +84,21 @@ def job_options(spec: JobSpec) -> ForestOptions:
     feats = p.get("features")
     return ForestOptions(trees, depth, None if seed is None else int(seed), mech, alpha,
                          None if feats is None else tuple(str(f) for f in feats))
+
+
+def resolved_depth(p: dict[str, Any], schema: Schema | None) -> int:
+    """The job's depth: the explicit ``depth`` parameter, else :func:`.depth.auto_depth` of the public
+    parameters (``records``, epsilon, delta, noise, trees) and the schema (the same at every party)."""
+    if p.get("depth") is not None:
+        return int(p["depth"])
+    records = p.get("records")
+    eps, delta, trees = float(p.get("epsilon", 1.0)), float(p.get("delta", 0.0)), int(p.get("trees", DEFAULT_TREES))
+    if records is None or schema is None or eps <= 0:
+        return DEFAULT_DEPTH
+    mech = "laplace" if delta <= 0 else "gaussian" if p.get("noise") == "distributed" else str(p.get("mechanism",
+                                                                                                       "auto"))
+    sigma = math.sqrt(local_plan(trees, eps, delta, mech).noise_var)
+    return auto_depth(schema, int(records), trees, sigma, p.get("features"))
 
 
 def job_forest(spec: JobSpec) -> Forest:
