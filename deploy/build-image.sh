@@ -50,7 +50,7 @@ make_local_base() {
   command -v debootstrap >/dev/null || { log "debootstrap is needed to make a base image (apt-get install debootstrap)"; exit 1; }
   local root="$cache/rootfs"
   # an interrupted debootstrap may leave /proc or /sys mounted inside: unmount before removing
-  findmnt -rn -o TARGET | grep "^$root/" | sort -r | xargs -r -n1 umount -l
+  { findmnt -rn -o TARGET | grep "^$root/" || true; } | sort -r | xargs -r -n1 umount -l
   rm -rf "$root"; mkdir -p "$cache/debs" "$root"
   log "debootstrap bookworm from $mirror (a few minutes, once)"
   debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
