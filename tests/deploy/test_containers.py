@@ -14,7 +14,8 @@ coordinator pod are stopped and started again; party-c is thawed and the job end
   for the job (a restarted party or coordinator must not charge again).
 Everything started (pods, containers, volumes, the network) is removed, also on failure. Skipped only when no
 podman can run containers here (podman is needed for `kube play`; .ci/run installs it with runc and debootstrap).
-Time on 2 busy cores: ~3 min with a warm image cache, ~7 min cold (the debootstrap base is made once).
+Measured on 2 cores shared with other work: 97 s with a warm image cache (145 s at load average 17); 252 s cold
+(no base image, wheels or layers: debootstrap base, wheels and build 188 s of it).
 """
 from __future__ import annotations
 
