@@ -24,6 +24,8 @@ CASES = {
     "glvq": ("segmentation", {"epsilon": 2.0, "delta": 1e-5}),
     "gmlvq": ("segmentation", {"epsilon": 2.0, "delta": 1e-5}),
     "kmeans": ("segmentation", {"epsilon": 1.0, "delta": 1e-6, "k": 4}),
+    "logistic-regression": ("adult", {"epsilon": 1.0, "delta": 1e-5, "epochs": 2}),
+    "linear-svm": ("adult", {"epsilon": 1.0, "delta": 1e-5, "epochs": 2}),
 }
 
 

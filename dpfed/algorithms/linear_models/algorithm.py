@@ -11,10 +11,14 @@ from dpfed.algorithms.linear_models.party import LinearParty, SecureLinearParty
 __all__ = ["ALGORITHMS"]
 
 
+_ESTIMATORS = {"logistic-regression": "DPLogisticRegression", "linear-svm": "DPLinearSVM"}
+
+
 def _algorithm(name: str) -> Algorithm:
     return Algorithm(name=name, party=LinearParty, coordinator=LinearCoordinator, evaluate=evaluate,
                      add_arguments=add_arguments, params_from_args=params_from_args, default_delta=1e-5,
-                     params=PARAMS, secure=SecureLinearParty)
+                     params=PARAMS, secure=SecureLinearParty,
+                     estimator=f"dpfed.algorithms.linear_models.estimator:{_ESTIMATORS[name]}")
 
 
 ALGORITHMS = {"logistic-regression": _algorithm("logistic-regression"), "linear-svm": _algorithm("linear-svm")}

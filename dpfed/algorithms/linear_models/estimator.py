@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -55,6 +56,18 @@ class _DPLinearBase(EstimatorParams, ClassifierScore):
         self.lr, self.lr_decay, self.optimizer, self.l2, self.huber = lr, lr_decay, optimizer, l2, huber
         self.count_fraction, self.private, self.exact_noise = count_fraction, private, exact_noise
         self.random_state = random_state
+
+    @classmethod
+    def from_model(cls, model: Mapping[str, np.ndarray], schema: Schema, params: Mapping[str, Any]) -> "_DPLinearBase":
+        """The fitted estimator of a released model (a model file, :mod:`dpfed.algorithms.model_file`): the
+        weights over the schema's encoding, predicting exactly as :func:`~.model.evaluate` does."""
+        kw = {k: params[k] for k in _JOB_KEYS if k in params}
+        est = cls(epsilon=float(params.get("epsilon", 1.0)), delta=float(params.get("delta", 1e-5)), schema=schema,
+                  **kw)
+        est.coef_ = np.asarray(model["weights"], dtype=np.float64)
+        est.schema_, est.classes_ = schema, np.arange(schema.n_classes)
+        est.n_features_in_ = schema.n_features
+        return est
 
     def _schema(self, X: np.ndarray, n_classes: int, private: bool) -> Schema:
         if self.schema is not None:
