@@ -25,6 +25,7 @@ CASES = {
     "gmlvq": ("segmentation", {"epsilon": 2.0, "delta": 1e-5}),
     "kmeans": ("segmentation", {"epsilon": 1.0, "delta": 1e-6, "k": 4}),
     "logistic-regression": ("adult", {"epsilon": 1.0, "delta": 1e-5, "epochs": 2}),
+    "random-forest": ("adult", {"epsilon": 1.0, "delta": 1e-6, "trees": 8}),
     "linear-svm": ("adult", {"epsilon": 1.0, "delta": 1e-5, "epochs": 2}),
 }
 

@@ -12,4 +12,5 @@ __all__ = ["ALGORITHMS"]
 ALGORITHMS = {"random-forest": Algorithm(name="random-forest", party=ForestParty, coordinator=ForestCoordinator,
                                          evaluate=evaluate, add_arguments=add_arguments,
                                          params_from_args=params_from_args, default_delta=1e-6, params=PARAMS,
-                                         secure=SecureForestParty)}
+                                         secure=SecureForestParty,
+                                         estimator="dpfed.algorithms.random_forest.estimator:DPRandomForestClassifier")}

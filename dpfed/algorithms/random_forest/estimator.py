@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from collections.abc import Mapping
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -78,6 +79,22 @@ class DPRandomForestClassifier(EstimatorParams, ClassifierScore):
         self.n_features_in_ = schema.n_features
         self.privacy_event_ = run.event
         return self
+
+    @classmethod
+    def from_model(cls, model: Mapping[str, np.ndarray], schema: Schema,
+                   params: Mapping[str, Any]) -> "DPRandomForestClassifier":
+        """The fitted estimator of a released model (a model file, :mod:`dpfed.algorithms.model_file`): the
+        released trees and noisy leaf counts, predicting exactly as :func:`~.model.evaluate` does."""
+        depth, features = params.get("depth"), params.get("features")
+        est = cls(epsilon=float(params.get("epsilon", 1.0)), delta=float(params.get("delta", 1e-6)),
+                  n_estimators=int(params.get("trees", DEFAULT_TREES)), schema=schema,
+                  max_depth=None if depth is None else int(depth), mechanism=str(params.get("mechanism", "auto")),
+                  alpha=float(params.get("alpha", DEFAULT_ALPHA)), features=None if features is None else list(features))
+        est.model_, est.schema_ = {k: np.asarray(v) for k, v in model.items()}, schema
+        est.tree_seed_ = params.get("tree_seed")
+        est.classes_ = np.arange(schema.n_classes)
+        est.n_features_in_ = schema.n_features
+        return est
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         if not hasattr(self, "model_"):
