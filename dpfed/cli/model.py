@@ -52,7 +52,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     schema = Schema.from_dict(meta["schema"])
     X, _ = _records(args.data, schema, labelled=False)
     pred = np.asarray(load_model(args.model).predict(X))
-    names = schema.class_names if meta.get("algorithm") != "kmeans" else ()
+    names = schema.class_names if meta.get("algorithm") not in ("kmeans", "pca+kmeans") else ()
     lines = ["prediction"] + [names[int(p)] if names else str(p) for p in pred.tolist()]
     text = "\n".join(lines) + "\n"
     if args.output:

@@ -18,7 +18,7 @@ from dpfed.algorithms.pipeline.coordinator import PipelineCoordinator, pipeline_
 from dpfed.algorithms.pipeline.party import PipelineParty, SecurePipelineParty
 from dpfed.data.schema import Schema
 
-__all__ = ["compose", "PipelineTable", "SHARE"]
+__all__ = ["compose", "PipelineTable", "SHARE", "project_released", "released_learner"]
 
 SHARE = Param("pca_share", float, ps.DEFAULT_SHARE, lo=0.0, lo_open=True, hi=1.0, hi_open=True,
               help=f"share of epsilon and delta for the PCA step of a pipeline (default {ps.DEFAULT_SHARE:g})")
@@ -50,19 +50,31 @@ class PipelineTable(ParamTable):
         return out
 
 
+def project_released(model: Mapping[str, np.ndarray], X: np.ndarray, schema: Schema) -> np.ndarray:
+    """Held-out records projected with the released PCA step (``pca_center``, ``pca_components``, ``pca_clip``),
+    as a party projects its own."""
+    k = np.asarray(model["pca_components"]).shape[0]
+    params = {"epsilon": 1.0, "delta": 0.5, "pca_k": k, "pca_clip": float(np.asarray(model["pca_clip"]))}
+    spec = JobSpec("evaluate", str(np.asarray(model.get("pipeline", ps.PREFIX))), params, schema)
+    task = Task("evaluate", ps.ROUNDS, "evaluate", arrays={"pca_center": np.asarray(model["pca_center"]),
+                                                            "pca_components": np.asarray(model["pca_components"])})
+    return ps.project(spec, task, schema.validate(X, clip_numeric=True))
+
+
+def released_learner(model: Mapping[str, np.ndarray], schema: Schema) -> tuple[dict[str, np.ndarray], Schema]:
+    """The learner's own arrays of a released pipeline model and its public schema (the projected box)."""
+    k = np.asarray(model["pca_components"]).shape[0]
+    clip = float(np.asarray(model["pca_clip"]))
+    own = {key: v for key, v in model.items() if not key.startswith("pca_") and key != "pipeline"}
+    box = Schema.numeric_box(k, -clip, clip, n_classes=schema.n_classes, prefix="pc")
+    return own, box if schema.target is None else Schema(box.features, target=schema.target)
+
+
 def _evaluate(learner: Algorithm, model: Mapping[str, np.ndarray], X: np.ndarray, y: np.ndarray | None,
               schema: Schema) -> dict[str, float]:
     """Project the held-out records with the released PCA (as a party does) and evaluate the learner."""
-    k = np.asarray(model["pca_components"]).shape[0]
-    clip = float(np.asarray(model["pca_clip"]))
-    params = {"epsilon": 1.0, "delta": 0.5, "pca_k": k, "pca_clip": clip}
-    spec = JobSpec("evaluate", ps.PREFIX + learner.name, params, schema)
-    task = Task("evaluate", ps.ROUNDS, "evaluate", arrays={"pca_center": np.asarray(model["pca_center"]),
-                                                            "pca_components": np.asarray(model["pca_components"])})
-    Xp = ps.project(spec, task, schema.validate(X, clip_numeric=True))
-    own = {k: v for k, v in model.items() if not k.startswith("pca_") and k != "pipeline"}
-    box = Schema.numeric_box(k, -clip, clip, n_classes=schema.n_classes, prefix="pc")
-    return learner.evaluate(own, Xp, y, box if schema.target is None else Schema(box.features, target=schema.target))
+    own, box = released_learner(model, schema)
+    return learner.evaluate(own, project_released(model, X, schema), y, box)
 
 
 def _params_from_args(learner: Algorithm, args: argparse.Namespace) -> dict[str, Any]:
@@ -96,4 +108,5 @@ def compose(pca: Algorithm, learner: Algorithm) -> Algorithm:
                      coordinator=partial(_coordinator, pca, learner), evaluate=partial(_evaluate, learner),
                      params_from_args=partial(_params_from_args, learner), default_delta=learner.default_delta,
                      needs_labels=learner.needs_labels, label_kind=learner.label_kind, combine=partial(pipeline_combine, pca, learner),
-                     params=PipelineTable((SHARE,), pca=pca, learner=learner), secure=secure)
+                     params=PipelineTable((SHARE,), pca=pca, learner=learner), secure=secure,
+                     estimator="dpfed.algorithms.pipeline.estimator:DPPCAPipeline" if learner.estimator else None)
