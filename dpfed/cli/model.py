@@ -1,7 +1,7 @@
 """``dpfed model predict|evaluate``: use a model file from ``dpfed model get`` on new data, no coordinator needed.
 
 ``predict DATA --model FILE [-o OUT.csv]`` writes one prediction per record (a class name when the schema names
-classes, else its code; a cluster index for k-means); ``evaluate DATA --model FILE`` prints the job's own
+classes, else its code; a cluster index for k-means; the projections pc0,pc1,... for PCA); ``evaluate DATA --model FILE`` prints the job's own
 evaluation (accuracy, or inertia for k-means) on labelled data as JSON. ``DATA`` is a ``.csv`` or ``.npz`` read
 against the model's public schema (:mod:`dpfed.algorithms.model_file`); ``dpfed.algorithms.load_model(FILE)`` gives the same
 model as a scikit-learn-style estimator in Python.
@@ -51,14 +51,19 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     _, meta = read_model_file(args.model)
     schema = Schema.from_dict(meta["schema"])
     X, _ = _records(args.data, schema, labelled=False)
-    pred = np.asarray(load_model(args.model).predict(X))
-    names = schema.class_names if meta.get("algorithm") not in ("kmeans", "pca+kmeans") else ()
-    lines = ["prediction"] + [names[int(p)] if names else str(p) for p in pred.tolist()]
+    est = load_model(args.model)
+    if not hasattr(est, "predict"):  # PCA: the projections, one column per component
+        Z = np.asarray(est.transform(X))
+        lines = [",".join(f"pc{j}" for j in range(Z.shape[1]))] + [",".join(repr(v) for v in r) for r in Z.tolist()]
+    else:
+        pred = np.asarray(est.predict(X))
+        names = schema.class_names if meta.get("algorithm") not in ("kmeans", "pca+kmeans") else ()
+        lines = ["prediction"] + [names[int(p)] if names else str(p) for p in pred.tolist()]
     text = "\n".join(lines) + "\n"
     if args.output:
         with open(args.output, "w", encoding="utf-8") as fh:
             fh.write(text)
-        print(f"{len(pred)} predictions written to {args.output}", file=sys.stderr)
+        print(f"{len(lines) - 1} predictions written to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0

@@ -28,6 +28,7 @@ CASES = {
     "random-forest": ("adult", {"epsilon": 1.0, "delta": 1e-6, "trees": 8}),
     "pca+naive-bayes": ("satimage", {"epsilon": 4.0, "delta": 1e-5, "pca_k": 5}),
     "pca+kmeans": ("segmentation", {"epsilon": 2.0, "delta": 1e-6, "pca_k": 3, "k": 4}),
+    "pca": ("segmentation", {"epsilon": 1.0, "delta": 1e-6, "k": 3}),
     "linear-svm": ("adult", {"epsilon": 1.0, "delta": 1e-5, "epochs": 2}),
 }
 
@@ -61,18 +62,20 @@ def test_model_file_scores_as_the_job_on_raw_features(algorithm, tmp_path, capsy
         # a PCA pipeline's job scores low on these sets at small epsilon (satimage 0.23 at epsilon 4): only
         # the equality with the job's own evaluation is this test's business there
         assert est.score(Xraw, ds.y_test) > (0.5 if "+" not in algorithm else 1.0 / ds.schema.n_classes)
+    elif algorithm == "pca":  # its score is its evaluation's captured variance
+        assert est.score(Xraw) == pytest.approx(job_eval["captured_variance"], rel=1e-12)
     else:
         assert -est.score(Xraw) == pytest.approx(job_eval["inertia"], rel=1e-12)
     # the CLI: the same number from the file, on a data file
     np.savez(tmp_path / "test.npz", X=ds.X_test, y=ds.y_test)
     assert main(["model", "evaluate", str(tmp_path / "test.npz"), "--model", str(path)]) == 0
     out = json.loads(capsys.readouterr().out)
-    key = "test_accuracy" if algo.needs_labels else "inertia"
+    key = "test_accuracy" if algo.needs_labels else "captured_variance" if algorithm == "pca" else "inertia"
     assert out[key] == pytest.approx(job_eval[key], rel=1e-12)
     assert main(["model", "predict", str(tmp_path / "test.npz"), "--model", str(path), "-o",
                  str(tmp_path / "pred.csv")]) == 0
     lines = (tmp_path / "pred.csv").read_text().splitlines()
-    assert lines[0] == "prediction" and len(lines) == len(ds.X_test) + 1
+    assert lines[0] == ("pc0,pc1,pc2" if algorithm == "pca" else "prediction") and len(lines) == len(ds.X_test) + 1
     if algorithm == "gmlvq":  # the finding: the bare arrays on raw features, without the schema's rescale
         m = model
         bare = lvq_predict(Xraw, m["prototypes"], m["prototype_labels"], m["omega"])

@@ -106,6 +106,8 @@ def test_job_submit_works_for_every_algorithm(request, algorithm, capsys):
             assert est.score(X, y) == pytest.approx(ev["r2"], abs=1e-12)
         elif algo.needs_labels:
             assert est.score(X, y) == pytest.approx(ev["test_accuracy"], abs=1e-12)
+        elif "captured_variance" in ev:  # PCA: its score is the captured variance
+            assert est.score(X) == pytest.approx(ev["captured_variance"], rel=1e-12)
         else:
             assert -est.score(X) == pytest.approx(ev["inertia"], rel=1e-12)
     for i in range(2):

@@ -11,4 +11,5 @@ __all__ = ["ALGORITHMS"]
 
 ALGORITHMS = {"pca": Algorithm(name="pca", party=PCAParty, coordinator=PCACoordinator, evaluate=evaluate,
                                add_arguments=add_arguments, params_from_args=params_from_args, default_delta=1e-6,
-                               needs_labels=False, params=PARAMS, secure=SecurePCAParty)}
+                               needs_labels=False, params=PARAMS, secure=SecurePCAParty,
+                               estimator="dpfed.algorithms.pca.estimator:DPPCA")}

@@ -3,6 +3,7 @@ federated ``pca`` job), ``fit`` / ``transform`` / ``fit_transform`` / ``inverse_
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.driver import run_local
 from dpfed.algorithms.estimator import EstimatorParams
 from dpfed.algorithms.pca.algorithm import ALGORITHMS
-from dpfed.algorithms.pca.model import project
+from dpfed.algorithms.pca.model import captured_variance, project
 from dpfed.algorithms.pca.plan import DEFAULT_MEAN_SHARE, DEFAULT_MEAN_WEIGHT
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import DataDerivedBoundsWarning, DataValidationError, Schema
@@ -77,6 +78,27 @@ class DPPCA(EstimatorParams):
         self.n_features_in_ = schema.n_features
         self.privacy_event_ = run.event
         return self
+
+    @classmethod
+    def from_model(cls, model: Mapping[str, np.ndarray], schema: Schema, params: Mapping[str, Any]) -> "DPPCA":
+        """The fitted estimator of a released model (a model file, :mod:`dpfed.algorithms.model_file`)."""
+        est = cls(n_components=int(np.asarray(model["components"]).shape[0]),
+                  epsilon=float(params.get("epsilon", 1.0)), delta=float(params.get("delta", 1e-6)), schema=schema,
+                  clip=params.get("clip"), mean_clip=params.get("mean_clip"), origin=str(params.get("origin", "midpoint")),
+                  mean_weight=float(params.get("mean_weight", DEFAULT_MEAN_WEIGHT)),
+                  mean_share=float(params.get("mean_share", DEFAULT_MEAN_SHARE)))
+        est.model_, est.schema_ = {k: np.asarray(v) for k, v in model.items()}, schema
+        est.components_, est.mean_ = est.model_["components"], est.model_["mean"]
+        est.explained_variance_ = est.model_.get("explained_variance")
+        est.explained_variance_ratio_ = est.model_.get("explained_variance_ratio")
+        est.n_components_, est.n_features_in_ = int(est.components_.shape[0]), schema.n_features
+        return est
+
+    def score(self, X: np.ndarray, y: Any = None) -> float:
+        """The variance of ``X`` (clamped to the public bounds, centred by its own mean) captured by the
+        released components: the job's own evaluation (:func:`~.model.evaluate`, ``captured_variance``)."""
+        self._check()
+        return captured_variance(self.components_, self.schema_.validate(X, clip_numeric=True))
 
     def _check(self) -> None:
         if not hasattr(self, "model_"):
