@@ -318,15 +318,13 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         # (e.g. the share of distributed noise): the named ones, else 1 (each party adds the full noise)
         params.update(algo.params_from_args(argparse.Namespace(**{**vars(args),
                                                                   "parties": max(len(args.parties), 1)})))
-    for item in args.param:
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            print(f"dpfed job submit: error: --param needs KEY=VALUE, got {item!r}", file=sys.stderr)
-            return 2
-        try:
-            params[key] = json.loads(value)
-        except ValueError:
-            params[key] = value
+    from dpfed.cli.job_params import parse_param_overrides, with_overrides
+
+    overrides = parse_param_overrides(args.param)
+    if isinstance(overrides, str):
+        print(f"dpfed job submit: error: {overrides}", file=sys.stderr)
+        return 2
+    params = with_overrides(params, overrides)
     refusal = secure_defaults(params, args)
     if refusal:
         print(f"dpfed job submit: error: {refusal}", file=sys.stderr)
