@@ -26,7 +26,9 @@ from protos.codec import PROTOCOL_VERSION
 
 MIB = 1 << 20
 CAP = 96 * MIB          # the party's max_buffered_bytes in this test
-SLACK = 64 * MIB        # gRPC's receive buffers, the interpreter, a loaded machine
+SLACK = 192 * MIB       # gRPC's receive buffers, the interpreter, a loaded machine (peak growth 102 MiB in one
+                        # full-suite run, 245 MiB in another); a party that kept what it is fed here (256 MiB
+                        # ghost + 4 x 63 MiB + 64 MiB = 572 MiB) stays far above CAP + SLACK = 288 MiB
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc/PID/status")
 
