@@ -100,21 +100,7 @@ def template(path: str, *, label: str | None = None, bounds: tuple[float, float]
             probe = Schema(tuple(Feature(n, "numeric", lower=0.0, upper=1.0) for n in names),
                            n_classes=0, label=label_name or "label")
             X, _ = load_table(p, probe)
-    feats: list[dict[str, Any]] = []
-    for j, name in enumerate(names):
-        if cat is not None and cat[j] and n_cat is not None:
-            feats.append({"name": name, "kind": "categorical", "categories": int(n_cat[j])})
-        elif bounds is not None:
-            feats.append({"name": name, "kind": "numeric", "lower": bounds[0], "upper": bounds[1]})
-        elif derive and X is not None:
-            col = np.asarray(X[:, j], dtype=np.float64)
-            col = col[np.isfinite(col)]
-            lo, hi = (float(col.min()), float(col.max())) if col.size else (None, None)
-            if lo is not None and lo == hi:
-                hi = lo + 1.0
-            feats.append({"name": name, "kind": "numeric", "lower": lo, "upper": hi, "comment": "data-derived"})
-        else:
-            feats.append({"name": name, "kind": "numeric", "lower": None, "upper": None})
+    feats = _feature_entries(names, cat, n_cat, bounds, X if derive else None)
     out: dict[str, Any] = {"features": feats}
     if class_names:
         out["n_classes"], out["class_names"] = len(class_names), class_names
@@ -129,6 +115,28 @@ def template(path: str, *, label: str | None = None, bounds: tuple[float, float]
         out["comment"] = ("fill in every null: public numeric bounds (lower < upper) and n_classes; bounds must "
                           "be known without looking at the records")
     return out
+
+
+def _feature_entries(names: list[str], cat: np.ndarray | None, n_cat: np.ndarray | None,
+                     bounds: tuple[float, float] | None, X: np.ndarray | None) -> list[dict[str, Any]]:
+    """One template entry per column: categorical from the file, else the given bounds, else the records'
+    min and max (``X``: only with --derive-bounds), else placeholders."""
+    feats: list[dict[str, Any]] = []
+    for j, name in enumerate(names):
+        if cat is not None and cat[j] and n_cat is not None:
+            feats.append({"name": name, "kind": "categorical", "categories": int(n_cat[j])})
+        elif bounds is not None:
+            feats.append({"name": name, "kind": "numeric", "lower": bounds[0], "upper": bounds[1]})
+        elif X is not None:
+            col = np.asarray(X[:, j], dtype=np.float64)
+            col = col[np.isfinite(col)]
+            lo, hi = (float(col.min()), float(col.max())) if col.size else (None, None)
+            if lo is not None and lo == hi:
+                hi = lo + 1.0
+            feats.append({"name": name, "kind": "numeric", "lower": lo, "upper": hi, "comment": "data-derived"})
+        else:
+            feats.append({"name": name, "kind": "numeric", "lower": None, "upper": None})
+    return feats
 
 
 def parse_bounds(text: str) -> tuple[float, float]:
