@@ -3,6 +3,8 @@ checks of that one task and the coordinator's check of who contributed to the su
 supplies only its plan, its vector and its post-processing."""
 from __future__ import annotations
 
+import numpy as np
+
 from abc import abstractmethod
 from typing import ClassVar, Sequence
 
@@ -10,7 +12,7 @@ from dp_accounting import dp_event
 
 from dpfed.algorithms.contract import Aggregate, JobSpec, PartyAlgorithm, Task, TaskRejected
 
-__all__ = ["OneReleaseParty", "check_contributors"]
+__all__ = ["OneReleaseParty", "check_contributors", "integer_total"]
 
 
 class OneReleaseParty(PartyAlgorithm):
@@ -59,3 +61,13 @@ def check_contributors(parties: Sequence[str], combined: Aggregate, *, secure: b
         raise ValueError(f"expected answers from exactly the {len(parties)} job parties; "
                          f"missing {sorted(missing)}, unknown {sorted(unknown)}")
     return len(got)
+
+
+def integer_total(combined: Aggregate, key: str, length: int) -> np.ndarray:
+    """The summed integer vector ``key`` of a one-release job as int64; ValueError unless it has ``length``
+    integer entries (what each of these learners' coordinators checks before it post-processes)."""
+    total = np.asarray(combined.arrays.get(key, np.zeros(0)))
+    if total.shape != (length,) or not np.issubdtype(total.dtype, np.integer):
+        raise ValueError(f"expected integer {key!r} vectors of length {length}, "
+                         f"got dtype {total.dtype} shape {tuple(total.shape)}")
+    return total.astype(np.int64)

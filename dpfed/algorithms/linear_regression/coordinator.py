@@ -12,7 +12,7 @@ from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, 
 from dpfed.algorithms.linear_regression.model import postprocess
 from dpfed.algorithms.linear_regression.plan import TASK_KIND, Layout, job_method
 from dpfed.algorithms.linear_regression.release import plan_release
-from dpfed.algorithms.one_release import check_contributors
+from dpfed.algorithms.one_release import check_contributors, integer_total
 
 __all__ = ["LinearRegressionCoordinator"]
 
@@ -43,12 +43,9 @@ class LinearRegressionCoordinator(CoordinatorAlgorithm):
             raise ValueError("linear regression absorbs exactly one answer set, for its round-0 task")
         got = check_contributors(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors,
                                  learner="linear-regression")
-        total = np.asarray(combined.arrays.get("stats", np.zeros(0)))
-        if total.shape != (self.layout.length,) or not np.issubdtype(total.dtype, np.integer):
-            raise ValueError(f"expected integer 'stats' vectors of length {self.layout.length}, "
-                             f"got dtype {total.dtype} shape {tuple(total.shape)}")
+        total = integer_total(combined, "stats", self.layout.length)
         self.survivors = got  # one noise release (or share) per contributor
-        self._model = postprocess(total.astype(np.int64), self.layout, self.plan, got,
+        self._model = postprocess(total, self.layout, self.plan, got,
                                   max(self.spec.delta, 1e-300))
 
     @property

@@ -12,7 +12,7 @@ from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, 
 from dpfed.algorithms.naive_bayes.model import postprocess
 from dpfed.algorithms.naive_bayes.plan import TASK_KIND, Layout, job_options
 from dpfed.algorithms.naive_bayes.release import plan_release
-from dpfed.algorithms.one_release import check_contributors
+from dpfed.algorithms.one_release import check_contributors, integer_total
 
 __all__ = ["NaiveBayesCoordinator"]
 
@@ -44,12 +44,9 @@ class NaiveBayesCoordinator(CoordinatorAlgorithm):
             raise ValueError("naive Bayes absorbs exactly one answer set, for its round-0 task")
         got = check_contributors(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors,
                                  learner="naive Bayes")
-        total = np.asarray(combined.arrays.get("stats", np.zeros(0)))
-        if total.shape != (self.layout.length,) or not np.issubdtype(total.dtype, np.integer):
-            raise ValueError(f"expected integer 'stats' vectors of length {self.layout.length}, "
-                             f"got dtype {total.dtype} shape {tuple(total.shape)}")
+        total = integer_total(combined, "stats", self.layout.length)
         self.survivors = got  # noise_var is per share: the sum holds one per contributor
-        self._model = postprocess(total.astype(np.int64), self.layout, self.plan, got, self.alpha,
+        self._model = postprocess(total, self.layout, self.plan, got, self.alpha,
                                   self.var_floor)
 
     @property

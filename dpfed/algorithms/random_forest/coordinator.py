@@ -9,7 +9,7 @@ import numpy as np
 
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
-from dpfed.algorithms.one_release import check_contributors
+from dpfed.algorithms.one_release import check_contributors, integer_total
 from dpfed.algorithms.random_forest.model import postprocess
 from dpfed.algorithms.random_forest.plan import TASK_KIND, job_forest, job_options
 from dpfed.algorithms.random_forest.release import plan_release
@@ -44,12 +44,9 @@ class ForestCoordinator(CoordinatorAlgorithm):
             raise ValueError("the random forest absorbs exactly one answer set, for its round-0 task")
         survivors = check_contributors(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors,
                                        learner="random forest")
-        total = np.asarray(combined.arrays.get("counts", np.zeros(0)))
-        if total.shape != (self.forest.length,) or not np.issubdtype(total.dtype, np.integer):
-            raise ValueError(f"expected integer 'counts' vectors of length {self.forest.length}, "
-                             f"got dtype {total.dtype} shape {tuple(total.shape)}")
+        total = integer_total(combined, "counts", self.forest.length)
         self.survivors = survivors
-        self._model = postprocess(total.astype(np.int64), self.forest, self.options.alpha, self.plan.mechanism)
+        self._model = postprocess(total, self.forest, self.options.alpha, self.plan.mechanism)
 
     @property
     def progress(self) -> float:

@@ -9,7 +9,7 @@ import numpy as np
 
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
-from dpfed.algorithms.one_release import check_contributors
+from dpfed.algorithms.one_release import check_contributors, integer_total
 from dpfed.algorithms.statistics.estimate import Answer, estimate_all
 from dpfed.algorithms.statistics.plan import CONFIDENCE, TASK_KIND, job_layout
 from dpfed.algorithms.statistics.release import plan_release
@@ -53,13 +53,10 @@ class StatisticsCoordinator(CoordinatorAlgorithm):
             raise ValueError("statistics absorbs exactly one answer set, for its round-0 task")
         got = check_contributors(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors,
                                  learner="statistics")
-        total = np.asarray(combined.arrays.get("stats", np.zeros(0)))
-        if total.shape != (self.layout.length,) or not np.issubdtype(total.dtype, np.integer):
-            raise ValueError(f"expected integer 'stats' vectors of length {self.layout.length}, "
-                             f"got dtype {total.dtype} shape {tuple(total.shape)}")
+        total = integer_total(combined, "stats", self.layout.length)
         self.survivors = shares = got  # one noise draw per answer (local: the full noise; ddgauss: one share)
         var = np.array([self.plan.entry_variance(b, shares) for b in range(self.layout.n_blocks)])
-        self._answers = estimate_all(self.layout, self.spec.schema, total.astype(np.int64), self.plan.weights, var,
+        self._answers = estimate_all(self.layout, self.spec.schema, total, self.plan.weights, var,
                                      self.plan.mechanism, float(self.spec.params.get("confidence", CONFIDENCE)))
 
     @property
