@@ -49,6 +49,8 @@ class PartyCalls(CoordinatorBase):
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed schema: {exc}") from None
         if not (req.epsilon_limit >= 0 and 0 < req.delta_limit < 1):
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "epsilon_limit >= 0 and 0 < delta_limit < 1 required")
+        if not 0 <= req.public_records <= 10**9:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "public_records must lie in [0, 1e9] (0: none declared)")
         token = secrets.token_hex(16)
         shard, outbox = -1, None
         if self.pool is not None:  # the shard learns the session before the party can dial it
@@ -68,6 +70,7 @@ class PartyCalls(CoordinatorBase):
         self.store.note_party(req.party, schema=schema.to_dict(), epsilon_limit=req.epsilon_limit,
                               delta_limit=req.delta_limit, epsilon_spent=req.epsilon_spent,
                               algorithms=list(req.algorithms), registered=time.time(),
+                              public_records=req.public_records or None,
                               **peer_certificate_facts(context))
         log.info("party %s registered", req.party)
         return pb.RegisterReply(version=PROTOCOL_VERSION, session=token,

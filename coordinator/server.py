@@ -135,7 +135,8 @@ class Coordinator(PartyCalls, JobRunner):
             facts = self.store.parties.get(name, {})
             last = now if name in connected else seen.get(name, facts.get("registered"))
             parties.append({"name": name, "connected": name in connected, "last_seen": last,
-                            "shard": shard_of.get(name, -1), **budget.get(name, {"epsilon_spent": 0.0})})
+                            "shard": shard_of.get(name, -1), "public_records": facts.get("public_records"),
+                            **budget.get(name, {"epsilon_spent": 0.0})})
         out = {"parties": parties, "jobs": jobs, "now": now, "max_concurrent_jobs": self.config.max_concurrent_jobs}
         if self.pool is not None:
             with self._cond:

@@ -21,6 +21,11 @@ Example (relative paths are relative to the config file)::
     chunk_bytes = 1048576             # array payload per message
     max_buffered_bytes = 1073741824   # incomplete task parts held at once, all jobs (one per job; more: refused)
     plugins = []                      # extra modules defining ALGORITHMS (must match the coordinator)
+    # public_records = 20000          # PUBLIC: a bound on this party's record count that the data owner agrees
+                                      # to publish (sent with the registration; `dpfed job submit --noise
+                                      # distributed` without --records sums the roster's bounds); the daemon
+                                      # refuses to start when its data hold more records, and refuses secure
+                                      # jobs whose total bound `records` is below it
     # seed = 0                        # TESTS/SIMULATIONS ONLY: reproducible noise (no privacy)
     # exit_with_parent = false        # simulations: quit when the process that started the daemon dies
     # simulation = false              # SIMULATIONS ONLY: accept distributed noise WITHOUT secure aggregation
@@ -70,7 +75,7 @@ from pathlib import Path
 import numpy as np
 
 from dpfed.data.files import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, load_and_validate
-from dpfed.data.schema import Schema
+from dpfed.data.schema import DataValidationError, Schema
 from dpfed.federation.config import ConfigError, check_address, check_types, read_toml, tls_from
 from dpfed.federation.tls import TlsFiles
 from protos.codec import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_ARRAY_BYTES, DEFAULT_MAX_MESSAGE_BYTES
@@ -81,7 +86,7 @@ _KEYS = {"name", "coordinator", "data", "ledger", "epsilon_limit", "delta_limit"
          "reconnect_seconds", "max_message_bytes", "chunk_bytes", "plugins", "seed", "tls", "schema",
          "schema_file", "exit_with_parent", "simulation", "secure_aggregation", "min_survivors", "dropout",
          "max_rows", "max_bytes", "max_buffered_bytes", "colluders", "min_honest_shares", "peers",
-         "max_auth_failures", "console_port"}
+         "max_auth_failures", "console_port", "public_records"}
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,7 @@ class PartyConfig:
     max_bytes: int = DEFAULT_MAX_BYTES
     max_buffered_bytes: int = DEFAULT_MAX_ARRAY_BYTES  # incomplete task parts held at once (party/inbox.py)
     console_port: int = -1            # the ledger report on http://127.0.0.1:PORT/ (party/ledger_page.py); -1 = off
+    public_records: int | None = None  # PUBLIC bound on the record count, published with the registration
 
     def __post_init__(self) -> None:
         from dpfed.federation.certs import valid_name
@@ -138,11 +144,19 @@ class PartyConfig:
             raise ConfigError("chunk_bytes must be positive and at least 64 KiB below max_message_bytes")
         if not -1 <= self.console_port <= 65535:
             raise ConfigError("console_port must be -1 (off), 0 (a free port) or a port number")
+        if self.public_records is not None and not 1 <= self.public_records <= 10**9:
+            raise ConfigError("public_records must lie in [1, 1e9] (a public bound on this party's record count)")
 
     def load_data(self) -> tuple[np.ndarray, np.ndarray | None]:
         """The party's records, validated against its schema, within the ``max_rows`` / ``max_bytes`` caps
-        (:class:`dpfed.data.schema.DataValidationError`, one line naming the cap, otherwise)."""
-        return load_and_validate(self.data, self.schema, max_bytes=self.max_bytes, max_rows=self.max_rows)
+        (:class:`dpfed.data.schema.DataValidationError`, one line naming the cap, otherwise), and no more of them
+        than the ``public_records`` bound this party publishes (checked here, locally: a refusal sent out would
+        tell the coordinator something about the count)."""
+        X, y = load_and_validate(self.data, self.schema, max_bytes=self.max_bytes, max_rows=self.max_rows)
+        if self.public_records is not None and len(X) > self.public_records:
+            raise DataValidationError(f"{self.data}: {len(X)} records, more than public_records = "
+                                      f"{self.public_records} (the bound this party publishes); raise the bound")
+        return X, y
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> PartyConfig:
@@ -185,7 +199,9 @@ class PartyConfig:
                        max_bytes=_int(t.get("max_bytes", DEFAULT_MAX_BYTES), "max_bytes"),
                        max_buffered_bytes=_int(t.get("max_buffered_bytes", DEFAULT_MAX_ARRAY_BYTES),
                                                "max_buffered_bytes"),
-                       console_port=_int(t.get("console_port", -1), "console_port"))
+                       console_port=_int(t.get("console_port", -1), "console_port"),
+                       public_records=None if "public_records" not in t
+                       else _int(t["public_records"], "public_records"))
         except ConfigError:
             raise
         except (TypeError, ValueError, OSError) as exc:

@@ -167,7 +167,7 @@ class PartyDaemon:
             reg = stub.Register(pb.RegisterRequest(
                 version=PROTOCOL_VERSION, party=cfg.name, schema_json=cfg.schema.to_json(),
                 epsilon_limit=cfg.epsilon_limit, delta_limit=cfg.delta_limit, epsilon_spent=self.ledger.spent(),
-                algorithms=algorithm_names()), timeout=30)
+                algorithms=algorithm_names(), public_records=cfg.public_records or 0), timeout=30)
         except grpc.RpcError as exc:
             if exc.code() in _FATAL:  # wrong name, role, schema or version: retrying cannot help
                 raise _Refused(exc) from None
@@ -271,6 +271,7 @@ def _secagg(config: PartyConfig) -> SecAggParty | None:
     return SecAggParty(Path(tls.cert).read_bytes(), Path(tls.key).read_bytes(), Path(tls.ca).read_bytes(),
                        min_survivors=config.min_survivors, dropout=config.dropout, colluders=config.colluders,
                        min_honest_shares=config.min_honest_shares, peers=config.peers,
+                       public_records=config.public_records,
                        revocation=functools.partial(revoked_serials, tls))  # re-read when it changes
 
 

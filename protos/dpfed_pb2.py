@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12protos/dpfed.proto\x12\x08\x64pfed.v1\"k\n\nArrayChunk\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\"\x9d\x01\n\x0fRegisterRequest\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\r\n\x05party\x18\x02 \x01(\t\x12\x13\n\x0bschema_json\x18\x03 \x01(\t\x12\x15\n\repsilon_limit\x18\x04 \x01(\x01\x12\x13\n\x0b\x64\x65lta_limit\x18\x05 \x01(\x01\x12\x15\n\repsilon_spent\x18\x06 \x01(\x01\x12\x12\n\nalgorithms\x18\x07 \x03(\t\"@\n\rRegisterReply\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\r\n\x05shard\x18\x03 \x01(\t\"1\n\rStreamRequest\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07session\x18\x02 \x01(\t\"\x1d\n\x08JobOffer\x12\x11\n\tspec_json\x18\x01 \x01(\t\"/\n\nTaskHeader\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x13\n\x0bparams_json\x18\x02 \x01(\t\"\x84\x02\n\x12\x43oordinatorMessage\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\x03\x12\x0f\n\x07task_id\x18\x04 \x01(\t\x12#\n\x05offer\x18\x05 \x01(\x0b\x32\x12.dpfed.v1.JobOfferH\x00\x12$\n\x04task\x18\x06 \x01(\x0b\x32\x14.dpfed.v1.TaskHeaderH\x00\x12\x11\n\x07job_end\x18\x07 \x01(\tH\x00\x12\x13\n\theartbeat\x18\x08 \x01(\x08H\x00\x12$\n\x06\x63hunks\x18\t \x03(\x0b\x32\x14.dpfed.v1.ArrayChunk\x12\x0c\n\x04last\x18\n \x01(\x08\x42\x06\n\x04\x62ody\"\xbf\x01\n\x0bJobResponse\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\r\n\x05round\x18\x04 \x01(\x03\x12\x0f\n\x07task_id\x18\x05 \x01(\t\x12\x0e\n\x06\x61\x63\x63\x65pt\x18\x06 \x01(\x08\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x12\n\nevent_json\x18\x08 \x01(\t\x12\x13\n\x0b\x65psilon_job\x18\t \x01(\x01\x12\x15\n\repsilon_total\x18\n \x01(\x01\"!\n\x0eJobResponseAck\x12\x0f\n\x07version\x18\x01 \x01(\r\"\xa1\x01\n\nResultPart\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\r\n\x05round\x18\x04 \x01(\x03\x12\x0f\n\x07task_id\x18\x05 \x01(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12$\n\x06\x63hunks\x18\x07 \x03(\x0b\x32\x14.dpfed.v1.ArrayChunk\x12\x0c\n\x04last\x18\x08 \x01(\x08\"\x1c\n\tResultAck\x12\x0f\n\x07version\x18\x01 \x01(\r\" \n\rStatusRequest\x12\x0f\n\x07version\x18\x01 \x01(\r\"3\n\x0bStatusReply\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x13\n\x0bstatus_json\x18\x02 \x01(\t\"\x81\x01\n\x10SubmitJobRequest\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x11\n\talgorithm\x18\x02 \x01(\t\x12\x13\n\x0bparams_json\x18\x03 \x01(\t\x12\x13\n\x0bschema_json\x18\x04 \x01(\t\x12\x0f\n\x07parties\x18\x05 \x03(\t\x12\x0e\n\x06job_id\x18\x06 \x01(\t\"1\n\x0eSubmitJobReply\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"-\n\nJobRequest\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"-\n\x08JobState\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x10\n\x08job_json\x18\x02 \x01(\t\"d\n\tModelPart\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x10\n\x08job_json\x18\x03 \x01(\t\x12$\n\x06\x63hunks\x18\x04 \x03(\x0b\x32\x14.dpfed.v1.ArrayChunk2\x8a\x02\n\x05Party\x12>\n\x08Register\x12\x19.dpfed.v1.RegisterRequest\x1a\x17.dpfed.v1.RegisterReply\x12\x45\n\nTaskStream\x12\x17.dpfed.v1.StreamRequest\x1a\x1c.dpfed.v1.CoordinatorMessage0\x01\x12=\n\nRespondJob\x12\x15.dpfed.v1.JobResponse\x1a\x18.dpfed.v1.JobResponseAck\x12;\n\x0cSubmitResult\x12\x14.dpfed.v1.ResultPart\x1a\x13.dpfed.v1.ResultAck(\x01\x32\xe3\x02\n\x05\x41\x64min\x12\x38\n\x06Status\x12\x17.dpfed.v1.StatusRequest\x1a\x15.dpfed.v1.StatusReply\x12\x41\n\tSubmitJob\x12\x1a.dpfed.v1.SubmitJobRequest\x1a\x18.dpfed.v1.SubmitJobReply\x12\x36\n\x08WatchJob\x12\x14.dpfed.v1.JobRequest\x1a\x12.dpfed.v1.JobState0\x01\x12\x35\n\tCancelJob\x12\x14.dpfed.v1.JobRequest\x1a\x12.dpfed.v1.JobState\x12\x37\n\x08GetModel\x12\x14.dpfed.v1.JobRequest\x1a\x13.dpfed.v1.ModelPart0\x01\x12\x35\n\tResumeJob\x12\x14.dpfed.v1.JobRequest\x1a\x12.dpfed.v1.JobStateb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12protos/dpfed.proto\x12\x08\x64pfed.v1\"k\n\nArrayChunk\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\"\xb5\x01\n\x0fRegisterRequest\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\r\n\x05party\x18\x02 \x01(\t\x12\x13\n\x0bschema_json\x18\x03 \x01(\t\x12\x15\n\repsilon_limit\x18\x04 \x01(\x01\x12\x13\n\x0b\x64\x65lta_limit\x18\x05 \x01(\x01\x12\x15\n\repsilon_spent\x18\x06 \x01(\x01\x12\x12\n\nalgorithms\x18\x07 \x03(\t\x12\x16\n\x0epublic_records\x18\x08 \x01(\x03\"@\n\rRegisterReply\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\r\n\x05shard\x18\x03 \x01(\t\"1\n\rStreamRequest\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07session\x18\x02 \x01(\t\"\x1d\n\x08JobOffer\x12\x11\n\tspec_json\x18\x01 \x01(\t\"/\n\nTaskHeader\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x13\n\x0bparams_json\x18\x02 \x01(\t\"\x84\x02\n\x12\x43oordinatorMessage\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\x03\x12\x0f\n\x07task_id\x18\x04 \x01(\t\x12#\n\x05offer\x18\x05 \x01(\x0b\x32\x12.dpfed.v1.JobOfferH\x00\x12$\n\x04task\x18\x06 \x01(\x0b\x32\x14.dpfed.v1.TaskHeaderH\x00\x12\x11\n\x07job_end\x18\x07 \x01(\tH\x00\x12\x13\n\theartbeat\x18\x08 \x01(\x08H\x00\x12$\n\x06\x63hunks\x18\t \x03(\x0b\x32\x14.dpfed.v1.ArrayChunk\x12\x0c\n\x04last\x18\n \x01(\x08\x42\x06\n\x04\x62ody\"\xbf\x01\n\x0bJobResponse\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\r\n\x05round\x18\x04 \x01(\x03\x12\x0f\n\x07task_id\x18\x05 \x01(\t\x12\x0e\n\x06\x61\x63\x63\x65pt\x18\x06 \x01(\x08\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x12\n\nevent_json\x18\x08 \x01(\t\x12\x13\n\x0b\x65psilon_job\x18\t \x01(\x01\x12\x15\n\repsilon_total\x18\n \x01(\x01\"!\n\x0eJobResponseAck\x12\x0f\n\x07version\x18\x01 \x01(\r\"\xa1\x01\n\nResultPart\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\r\n\x05round\x18\x04 \x01(\x03\x12\x0f\n\x07task_id\x18\x05 \x01(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12$\n\x06\x63hunks\x18\x07 \x03(\x0b\x32\x14.dpfed.v1.ArrayChunk\x12\x0c\n\x04last\x18\x08 \x01(\x08\"\x1c\n\tResultAck\x12\x0f\n\x07version\x18\x01 \x01(\r\" \n\rStatusRequest\x12\x0f\n\x07version\x18\x01 \x01(\r\"3\n\x0bStatusReply\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x13\n\x0bstatus_json\x18\x02 \x01(\t\"\x81\x01\n\x10SubmitJobRequest\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x11\n\talgorithm\x18\x02 \x01(\t\x12\x13\n\x0bparams_json\x18\x03 \x01(\t\x12\x13\n\x0bschema_json\x18\x04 \x01(\t\x12\x0f\n\x07parties\x18\x05 \x03(\t\x12\x0e\n\x06job_id\x18\x06 \x01(\t\"1\n\x0eSubmitJobReply\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"-\n\nJobRequest\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"-\n\x08JobState\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x10\n\x08job_json\x18\x02 \x01(\t\"d\n\tModelPart\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x10\n\x08job_json\x18\x03 \x01(\t\x12$\n\x06\x63hunks\x18\x04 \x03(\x0b\x32\x14.dpfed.v1.ArrayChunk2\x8a\x02\n\x05Party\x12>\n\x08Register\x12\x19.dpfed.v1.RegisterRequest\x1a\x17.dpfed.v1.RegisterReply\x12\x45\n\nTaskStream\x12\x17.dpfed.v1.StreamRequest\x1a\x1c.dpfed.v1.CoordinatorMessage0\x01\x12=\n\nRespondJob\x12\x15.dpfed.v1.JobResponse\x1a\x18.dpfed.v1.JobResponseAck\x12;\n\x0cSubmitResult\x12\x14.dpfed.v1.ResultPart\x1a\x13.dpfed.v1.ResultAck(\x01\x32\xe3\x02\n\x05\x41\x64min\x12\x38\n\x06Status\x12\x17.dpfed.v1.StatusRequest\x1a\x15.dpfed.v1.StatusReply\x12\x41\n\tSubmitJob\x12\x1a.dpfed.v1.SubmitJobRequest\x1a\x18.dpfed.v1.SubmitJobReply\x12\x36\n\x08WatchJob\x12\x14.dpfed.v1.JobRequest\x1a\x12.dpfed.v1.JobState0\x01\x12\x35\n\tCancelJob\x12\x14.dpfed.v1.JobRequest\x1a\x12.dpfed.v1.JobState\x12\x37\n\x08GetModel\x12\x14.dpfed.v1.JobRequest\x1a\x13.dpfed.v1.ModelPart0\x01\x12\x35\n\tResumeJob\x12\x14.dpfed.v1.JobRequest\x1a\x12.dpfed.v1.JobStateb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,41 +34,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ARRAYCHUNK']._serialized_start=32
   _globals['_ARRAYCHUNK']._serialized_end=139
   _globals['_REGISTERREQUEST']._serialized_start=142
-  _globals['_REGISTERREQUEST']._serialized_end=299
-  _globals['_REGISTERREPLY']._serialized_start=301
-  _globals['_REGISTERREPLY']._serialized_end=365
-  _globals['_STREAMREQUEST']._serialized_start=367
-  _globals['_STREAMREQUEST']._serialized_end=416
-  _globals['_JOBOFFER']._serialized_start=418
-  _globals['_JOBOFFER']._serialized_end=447
-  _globals['_TASKHEADER']._serialized_start=449
-  _globals['_TASKHEADER']._serialized_end=496
-  _globals['_COORDINATORMESSAGE']._serialized_start=499
-  _globals['_COORDINATORMESSAGE']._serialized_end=759
-  _globals['_JOBRESPONSE']._serialized_start=762
-  _globals['_JOBRESPONSE']._serialized_end=953
-  _globals['_JOBRESPONSEACK']._serialized_start=955
-  _globals['_JOBRESPONSEACK']._serialized_end=988
-  _globals['_RESULTPART']._serialized_start=991
-  _globals['_RESULTPART']._serialized_end=1152
-  _globals['_RESULTACK']._serialized_start=1154
-  _globals['_RESULTACK']._serialized_end=1182
-  _globals['_STATUSREQUEST']._serialized_start=1184
-  _globals['_STATUSREQUEST']._serialized_end=1216
-  _globals['_STATUSREPLY']._serialized_start=1218
-  _globals['_STATUSREPLY']._serialized_end=1269
-  _globals['_SUBMITJOBREQUEST']._serialized_start=1272
-  _globals['_SUBMITJOBREQUEST']._serialized_end=1401
-  _globals['_SUBMITJOBREPLY']._serialized_start=1403
-  _globals['_SUBMITJOBREPLY']._serialized_end=1452
-  _globals['_JOBREQUEST']._serialized_start=1454
-  _globals['_JOBREQUEST']._serialized_end=1499
-  _globals['_JOBSTATE']._serialized_start=1501
-  _globals['_JOBSTATE']._serialized_end=1546
-  _globals['_MODELPART']._serialized_start=1548
-  _globals['_MODELPART']._serialized_end=1648
-  _globals['_PARTY']._serialized_start=1651
-  _globals['_PARTY']._serialized_end=1917
-  _globals['_ADMIN']._serialized_start=1920
-  _globals['_ADMIN']._serialized_end=2275
+  _globals['_REGISTERREQUEST']._serialized_end=323
+  _globals['_REGISTERREPLY']._serialized_start=325
+  _globals['_REGISTERREPLY']._serialized_end=389
+  _globals['_STREAMREQUEST']._serialized_start=391
+  _globals['_STREAMREQUEST']._serialized_end=440
+  _globals['_JOBOFFER']._serialized_start=442
+  _globals['_JOBOFFER']._serialized_end=471
+  _globals['_TASKHEADER']._serialized_start=473
+  _globals['_TASKHEADER']._serialized_end=520
+  _globals['_COORDINATORMESSAGE']._serialized_start=523
+  _globals['_COORDINATORMESSAGE']._serialized_end=783
+  _globals['_JOBRESPONSE']._serialized_start=786
+  _globals['_JOBRESPONSE']._serialized_end=977
+  _globals['_JOBRESPONSEACK']._serialized_start=979
+  _globals['_JOBRESPONSEACK']._serialized_end=1012
+  _globals['_RESULTPART']._serialized_start=1015
+  _globals['_RESULTPART']._serialized_end=1176
+  _globals['_RESULTACK']._serialized_start=1178
+  _globals['_RESULTACK']._serialized_end=1206
+  _globals['_STATUSREQUEST']._serialized_start=1208
+  _globals['_STATUSREQUEST']._serialized_end=1240
+  _globals['_STATUSREPLY']._serialized_start=1242
+  _globals['_STATUSREPLY']._serialized_end=1293
+  _globals['_SUBMITJOBREQUEST']._serialized_start=1296
+  _globals['_SUBMITJOBREQUEST']._serialized_end=1425
+  _globals['_SUBMITJOBREPLY']._serialized_start=1427
+  _globals['_SUBMITJOBREPLY']._serialized_end=1476
+  _globals['_JOBREQUEST']._serialized_start=1478
+  _globals['_JOBREQUEST']._serialized_end=1523
+  _globals['_JOBSTATE']._serialized_start=1525
+  _globals['_JOBSTATE']._serialized_end=1570
+  _globals['_MODELPART']._serialized_start=1572
+  _globals['_MODELPART']._serialized_end=1672
+  _globals['_PARTY']._serialized_start=1675
+  _globals['_PARTY']._serialized_end=1941
+  _globals['_ADMIN']._serialized_start=1944
+  _globals['_ADMIN']._serialized_end=2299
 # @@protoc_insertion_point(module_scope)

@@ -23,7 +23,7 @@ class ArrayChunk(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., total_bytes: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("version", "party", "schema_json", "epsilon_limit", "delta_limit", "epsilon_spent", "algorithms")
+    __slots__ = ("version", "party", "schema_json", "epsilon_limit", "delta_limit", "epsilon_spent", "algorithms", "public_records")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PARTY_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +31,7 @@ class RegisterRequest(_message.Message):
     DELTA_LIMIT_FIELD_NUMBER: _ClassVar[int]
     EPSILON_SPENT_FIELD_NUMBER: _ClassVar[int]
     ALGORITHMS_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_RECORDS_FIELD_NUMBER: _ClassVar[int]
     version: int
     party: str
     schema_json: str
@@ -38,7 +39,8 @@ class RegisterRequest(_message.Message):
     delta_limit: float
     epsilon_spent: float
     algorithms: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, version: _Optional[int] = ..., party: _Optional[str] = ..., schema_json: _Optional[str] = ..., epsilon_limit: _Optional[float] = ..., delta_limit: _Optional[float] = ..., epsilon_spent: _Optional[float] = ..., algorithms: _Optional[_Iterable[str]] = ...) -> None: ...
+    public_records: int
+    def __init__(self, version: _Optional[int] = ..., party: _Optional[str] = ..., schema_json: _Optional[str] = ..., epsilon_limit: _Optional[float] = ..., delta_limit: _Optional[float] = ..., epsilon_spent: _Optional[float] = ..., algorithms: _Optional[_Iterable[str]] = ..., public_records: _Optional[int] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
     __slots__ = ("version", "session", "shard")

@@ -318,23 +318,23 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         # (e.g. the share of distributed noise): the named ones, else 1 (each party adds the full noise)
         params.update(algo.params_from_args(argparse.Namespace(**{**vars(args),
                                                                   "parties": max(len(args.parties), 1)})))
-    from dpfed.cli.job_params import parse_param_overrides, with_overrides
+    from dpfed.cli.job_params import parse_param_overrides, secure_defaults, with_overrides
 
     overrides = parse_param_overrides(args.param)
     if isinstance(overrides, str):
         print(f"dpfed job submit: error: {overrides}", file=sys.stderr)
         return 2
     params = with_overrides(params, overrides)
-    refusal = secure_defaults(params, args)
-    if refusal:
-        print(f"dpfed job submit: error: {refusal}", file=sys.stderr)
-        return 2
-    if algo is not None:  # the same declared ranges the coordinator and the parties check
-        from dpfed.algorithms.params import validate
-
-        validate(algo, params)
     try:
-        with _client(args) as c:
+        with _client(args) as c:  # a --noise distributed job without --records: the parties' registered bounds
+            refusal = secure_defaults(params, args, lambda: c.status()["parties"])
+            if refusal:
+                print(f"dpfed job submit: error: {refusal}", file=sys.stderr)
+                return 2
+            if algo is not None:  # the same declared ranges the coordinator and the parties check
+                from dpfed.algorithms.params import validate
+
+                validate(algo, params)
             job_id = c.submit_job(args.algorithm, params, parties=args.parties, job_id=args.job_id)
             print(job_id, flush=True)
             if args.wait:
@@ -344,22 +344,6 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     except grpc.RpcError as exc:
         return _rpc_error(exc, "job submit")
     return 0
-
-
-def secure_defaults(params: dict[str, Any], args: argparse.Namespace) -> str | None:
-    """Fill in what a ``--noise distributed`` job needs in a deployment (secure aggregation on, the public record
-    bound and the SecAgg options given as flags; ``--param`` wins); the one-line refusal when something is missing."""
-    if params.get("noise") != "distributed":
-        return None
-    params.setdefault("secure_aggregation", args.secure_aggregation != "off")
-    for key in ("records", "min_survivors", "colluders", "bits"):
-        if getattr(args, key, None) is not None:
-            params.setdefault(key, getattr(args, key))
-    if params["secure_aggregation"] is True and params.get("records") is None:
-        return ("--noise distributed needs --records N: a public bound on the total number of records over the "
-                "parties (it sets the secure-aggregation modulus; take it from the parties' documentation, not "
-                "their data)")
-    return None
 
 
 def _wait(c: Any, job_id: str) -> dict[str, Any]:

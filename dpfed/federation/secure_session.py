@@ -71,7 +71,11 @@ class SecAggParty:
     * ``peers``: if not empty, the only parties it aggregates with: names, or certificate SHA-256
       fingerprints as ``sha256:HEX``. A roster naming anyone not listed by name is refused before the
       charge unless fingerprints are listed; then the certificates of the parties not named must carry
-      one of them (checked when their advert arrives, before any key agreement).
+      one of them (checked when their advert arrives, before any key agreement);
+    * ``public_records``: the bound on its record count this party publishes (party.toml; the daemon refuses
+      to start when its data hold more). A job whose public bound on the TOTAL count, ``records``, is below it
+      is refused: that bound is wrong for certain. Compared with the published bound, never with the data, so
+      the refusal tells the coordinator nothing about the count.
 
     ``dropout`` (SIMULATIONS ONLY): the probability of missing each secure round (from its masked input on)."""
 
@@ -83,6 +87,7 @@ class SecAggParty:
     colluders: int = 0
     min_honest_shares: int = 1
     peers: tuple[str, ...] = ()
+    public_records: int | None = None
     revoked: frozenset[int] = frozenset()
     revocation: Callable[[], Collection[int]] | None = None  # re-reads the deployment's revocation list
 
@@ -174,6 +179,9 @@ def _trust_refusal(setup: SecAggParty, sp: Any) -> SecureRefusal | None:
         if unknown:
             return SecureRefusal("peers", f"the roster names {len(unknown)} parties outside this party's peers "
                                  f"(first: {unknown[0]!r})")
+    if setup.public_records is not None and sp.records < setup.public_records:
+        return SecureRefusal("records", f"the job's public record bound {sp.records} (all parties together) is "
+                             f"below this party's published bound {setup.public_records}")
     return None
 
 
