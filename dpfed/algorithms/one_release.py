@@ -1,18 +1,20 @@
-"""Learners whose whole job is one release of a statistics vector (naive Bayes, linear regression): the party
-checks of that one task and the coordinator's check of who contributed to the sum, shared so that each learner
-supplies only its plan, its vector and its post-processing."""
+"""Learners whose whole job is one release of a statistics vector (naive Bayes, linear regression, statistics,
+random forest): the party checks of that one task and the coordinator's side of it (who is in the job, the one
+task, who contributed to the sum), shared so that each learner supplies only its plan, its vector and its
+post-processing."""
 from __future__ import annotations
 
-import numpy as np
-
 from abc import abstractmethod
+from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
+import numpy as np
 from dp_accounting import dp_event
 
+from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import Aggregate, JobSpec, PartyAlgorithm, Task, TaskRejected
 
-__all__ = ["OneReleaseParty", "check_contributors", "integer_total"]
+__all__ = ["OneRelease", "OneReleaseParty", "check_contributors", "integer_total"]
 
 
 class OneReleaseParty(PartyAlgorithm):
@@ -71,3 +73,45 @@ def integer_total(combined: Aggregate, key: str, length: int) -> np.ndarray:
         raise ValueError(f"expected integer {key!r} vectors of length {length}, "
                          f"got dtype {total.dtype} shape {tuple(total.shape)}")
     return total.astype(np.int64)
+
+
+@dataclass
+class OneRelease:
+    """The coordinator's side of a one-release job: its parties, whether the sum is secure (and then how many
+    survivors it needs), and whether its one task (``task_kind``, round 0, no parameters) was issued."""
+
+    job_id: str
+    task_kind: str
+    learner: str
+    parties: list[str]
+    secure: bool
+    min_survivors: int
+    issued: bool = False
+
+    @classmethod
+    def of(cls, spec: JobSpec, parties: Sequence[str], task_kind: str, learner: str) -> OneRelease:
+        """The job ``spec`` over ``parties``; ValueError when there are none."""
+        names = list(parties)
+        if not names:
+            raise ValueError(f"a {learner} job needs at least one party")
+        secure = sn.is_secure(spec.params)
+        need = sn.secure_params(spec.params).min_survivors if secure else len(names)
+        return cls(spec.job_id, task_kind, learner, names, secure, need)
+
+    def next_task(self) -> Task | None:
+        """The one task the first time, then None."""
+        if self.issued:
+            return None
+        self.issued = True
+        return Task(self.job_id, 0, self.task_kind)
+
+    def total(self, task: Task, combined: Aggregate, key: str, length: int, *,
+              absorbed: bool) -> tuple[int, np.ndarray]:
+        """The number of contributors (:func:`check_contributors`) and the summed vector ``key``
+        (:func:`integer_total`) of the answers to the one task; ValueError for another task or when the job
+        has ``absorbed`` its answers already."""
+        if task.kind != self.task_kind or task.round != 0 or absorbed:
+            raise ValueError(f"{self.learner} absorbs exactly one answer set, for its round-0 task")
+        got = check_contributors(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors,
+                                 learner=self.learner)
+        return got, integer_total(combined, key, length)

@@ -7,12 +7,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
 from dpfed.algorithms.linear_regression.model import postprocess
 from dpfed.algorithms.linear_regression.plan import TASK_KIND, Layout, job_method
 from dpfed.algorithms.linear_regression.release import plan_release
-from dpfed.algorithms.one_release import check_contributors, integer_total
+from dpfed.algorithms.one_release import OneRelease
 
 __all__ = ["LinearRegressionCoordinator"]
 
@@ -21,29 +20,17 @@ class LinearRegressionCoordinator(CoordinatorAlgorithm):
     """The coordinator half: one task, sum of the parties' integer vectors, post-processing."""
 
     def __init__(self, spec: JobSpec, parties: Sequence[str]) -> None:
-        self.spec, self.parties = spec, list(parties)
-        if not self.parties:
-            raise ValueError("a linear-regression job needs at least one party")
+        self.spec, self.release = spec, OneRelease.of(spec, parties, TASK_KIND, "linear-regression")
         self.layout = Layout.from_schema(spec.schema, job_method(spec))
         self.plan = plan_release(spec)
-        self.secure = sn.is_secure(spec.params)
-        self.min_survivors = sn.secure_params(spec.params).min_survivors if self.secure else len(self.parties)
-        self.survivors = len(self.parties)
-        self._issued = False
+        self.survivors = len(self.release.parties)
         self._model: dict[str, np.ndarray] | None = None
 
     def next_task(self) -> Task | None:
-        if self._issued:
-            return None
-        self._issued = True
-        return Task(self.spec.job_id, 0, TASK_KIND)
+        return self.release.next_task()
 
     def absorb(self, task: Task, combined: Aggregate) -> None:
-        if task.kind != TASK_KIND or task.round != 0 or self._model is not None:
-            raise ValueError("linear regression absorbs exactly one answer set, for its round-0 task")
-        got = check_contributors(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors,
-                                 learner="linear-regression")
-        total = integer_total(combined, "stats", self.layout.length)
+        got, total = self.release.total(task, combined, "stats", self.layout.length, absorbed=self._model is not None)
         self.survivors = got  # one noise release (or share) per contributor
         self._model = postprocess(total, self.layout, self.plan, got,
                                   max(self.spec.delta, 1e-300))

@@ -7,12 +7,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
 from dpfed.algorithms.naive_bayes.model import postprocess
 from dpfed.algorithms.naive_bayes.plan import TASK_KIND, Layout, job_options
 from dpfed.algorithms.naive_bayes.release import plan_release
-from dpfed.algorithms.one_release import check_contributors, integer_total
+from dpfed.algorithms.one_release import OneRelease
 
 __all__ = ["NaiveBayesCoordinator"]
 
@@ -22,29 +21,17 @@ class NaiveBayesCoordinator(CoordinatorAlgorithm):
 
     def __init__(self, spec: JobSpec, parties: Sequence[str]) -> None:
         _, self.alpha, self.var_floor = job_options(spec)
-        self.spec, self.parties = spec, list(parties)
-        if not self.parties:
-            raise ValueError("a naive Bayes job needs at least one party")
+        self.spec, self.release = spec, OneRelease.of(spec, parties, TASK_KIND, "naive Bayes")
         self.layout = Layout.from_schema(spec.schema)
         self.plan = plan_release(spec)
-        self.secure = sn.is_secure(spec.params)
-        self.min_survivors = sn.secure_params(spec.params).min_survivors if self.secure else len(self.parties)
-        self.survivors = len(self.parties)
-        self._issued = False
+        self.survivors = len(self.release.parties)
         self._model: dict[str, np.ndarray] | None = None
 
     def next_task(self) -> Task | None:
-        if self._issued:
-            return None
-        self._issued = True
-        return Task(self.spec.job_id, 0, TASK_KIND)
+        return self.release.next_task()
 
     def absorb(self, task: Task, combined: Aggregate) -> None:
-        if task.kind != TASK_KIND or task.round != 0 or self._model is not None:
-            raise ValueError("naive Bayes absorbs exactly one answer set, for its round-0 task")
-        got = check_contributors(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors,
-                                 learner="naive Bayes")
-        total = integer_total(combined, "stats", self.layout.length)
+        got, total = self.release.total(task, combined, "stats", self.layout.length, absorbed=self._model is not None)
         self.survivors = got  # noise_var is per share: the sum holds one per contributor
         self._model = postprocess(total, self.layout, self.plan, got, self.alpha,
                                   self.var_floor)
@@ -59,6 +46,6 @@ class NaiveBayesCoordinator(CoordinatorAlgorithm):
         return dict(self._model)
 
     def summary(self) -> dict[str, Any]:
-        shares = self.survivors if self.secure else 1
+        shares = self.survivors if self.release.secure else 1
         return {"mechanism": self.plan.mechanism, "statistics": int(self.layout.length),
                 "noise_std_counts": math.sqrt(shares * self.plan.noise_var) / float(self.plan.weights[0])}

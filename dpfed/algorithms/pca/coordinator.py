@@ -10,7 +10,7 @@ import numpy as np
 
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
-from dpfed.algorithms.one_release import check_contributors
+from dpfed.algorithms.one_release import check_contributors, integer_total
 from dpfed.algorithms.pca.model import noisy_center, postprocess
 from dpfed.algorithms.pca.plan import ARRAYS, GRID, KINDS
 from dpfed.algorithms.pca.release import plan_release
@@ -50,18 +50,15 @@ class PCACoordinator(CoordinatorAlgorithm):
         survivors = check_contributors(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors,
                                        learner="PCA")
         rp, name = self.plan.rounds[r], ARRAYS[r]
-        total = np.asarray(combined.arrays.get(name, np.zeros(0)))
-        if total.shape != (rp.length,) or not np.issubdtype(total.dtype, np.integer):
-            raise ValueError(f"expected integer {name!r} vectors of length {rp.length}, "
-                             f"got dtype {total.dtype} shape {tuple(total.shape)}")
+        total = integer_total(combined, name, rp.length)
         self.survivors = survivors
         schema = self.spec.schema
         if r == 0:
-            self._center = noisy_center(total.astype(np.int64), rp.geometry, schema.lower, schema.upper)
+            self._center = noisy_center(total, rp.geometry, schema.lower, schema.upper)
         else:
             assert self._center is not None
             center = np.clip(self._center, schema.lower, schema.upper)
-            self._model = postprocess(total.astype(np.int64), rp.geometry.at(center), self.plan.k)
+            self._model = postprocess(total, rp.geometry.at(center), self.plan.k)
 
     @property
     def progress(self) -> float:

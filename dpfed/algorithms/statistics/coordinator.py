@@ -7,9 +7,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
-from dpfed.algorithms.one_release import check_contributors, integer_total
+from dpfed.algorithms.one_release import OneRelease
 from dpfed.algorithms.statistics.estimate import Answer, estimate_all
 from dpfed.algorithms.statistics.plan import CONFIDENCE, TASK_KIND, job_layout
 from dpfed.algorithms.statistics.release import plan_release
@@ -31,29 +30,18 @@ class StatisticsCoordinator(CoordinatorAlgorithm):
     """The coordinator half: one task, sum of the parties' integer vectors, post-processing."""
 
     def __init__(self, spec: JobSpec, parties: Sequence[str]) -> None:
-        self.spec, self.parties = spec, list(parties)
-        if not self.parties:
-            raise ValueError("a statistics job needs at least one party")
+        self.spec, self.release = spec, OneRelease.of(spec, parties, TASK_KIND, "statistics")
         self.layout = job_layout(spec)
         self.plan = plan_release(spec)
-        self.secure = sn.is_secure(spec.params)
-        self.min_survivors = sn.secure_params(spec.params).min_survivors if self.secure else len(self.parties)
-        self.survivors = len(self.parties)
-        self._issued = False
+        self.survivors = len(self.release.parties)
         self._answers: list[Answer] | None = None
 
     def next_task(self) -> Task | None:
-        if self._issued:
-            return None
-        self._issued = True
-        return Task(self.spec.job_id, 0, TASK_KIND)
+        return self.release.next_task()
 
     def absorb(self, task: Task, combined: Aggregate) -> None:
-        if task.kind != TASK_KIND or task.round != 0 or self._answers is not None:
-            raise ValueError("statistics absorbs exactly one answer set, for its round-0 task")
-        got = check_contributors(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors,
-                                 learner="statistics")
-        total = integer_total(combined, "stats", self.layout.length)
+        got, total = self.release.total(task, combined, "stats", self.layout.length,
+                                        absorbed=self._answers is not None)
         self.survivors = shares = got  # one noise draw per answer (local: the full noise; ddgauss: one share)
         var = np.array([self.plan.entry_variance(b, shares) for b in range(self.layout.n_blocks)])
         self._answers = estimate_all(self.layout, self.spec.schema, total, self.plan.weights, var,
