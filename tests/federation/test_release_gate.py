@@ -97,3 +97,16 @@ def test_a_secure_task_outside_the_charged_plan_is_refused_by_the_gate(name):
     with pytest.raises(TaskRejected):
         release_gate.secure_plan(half, half, spec, beyond)
     assert np.all(np.isfinite(release_gate.secure_plan(half, half, spec, task).noise.clip))
+
+
+@pytest.mark.parametrize("name", ["glvq", "gmlvq"])
+def test_a_secure_lvq_step_after_the_last_charged_step_is_refused(name):
+    """The schedule check itself, not the task-kind check: a well-formed step at round T (the last charged
+    one) passes, the same step at round T + 1 is refused before anything is computed (T = epochs / q = 2)."""
+    case = cases(name, "secure", tag="gate-steps")[0]
+    spec, half = case.spec, case.algo.party_for(case.spec.params)
+    step = secure_rounds(case, 2)[1]
+    assert step.kind == "step" and (spec.params["epochs"], spec.params["sampling_rate"]) == (1, 0.5)
+    release_gate.secure_plan(half, half, spec, dataclasses.replace(step, round=2))
+    with pytest.raises(TaskRejected, match="beyond the charged plan of 2 steps"):
+        release_gate.secure_plan(half, half, spec, dataclasses.replace(step, round=3))

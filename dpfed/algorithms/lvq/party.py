@@ -62,16 +62,21 @@ class LVQParty(PartyAlgorithm):
 
     def __init__(self) -> None:
         self._last_round: dict[str, int] = {}
-        self._jobs: dict[str, tuple[JobSpec, dict[str, Any], PrivacyPlan, Layout]] = {}
+        self._jobs: dict[str, tuple[JobSpec, dict[str, Any], Layout]] = {}
         self._scaled: dict[str, tuple[int, np.ndarray]] = {}
 
-    def _job(self, spec: JobSpec) -> tuple[dict[str, Any], PrivacyPlan, Layout]:
-        """Params, plan and layout of ``spec`` (cached per job id while the spec is unchanged)."""
+    def _job(self, spec: JobSpec) -> tuple[dict[str, Any], Layout]:
+        """Params and layout of ``spec`` (cached per job id while the spec is unchanged)."""
         hit = self._jobs.get(spec.job_id)
         if hit is None or hit[0] != spec:
-            hit = (spec, {**DEFAULTS, **spec.params}, privacy_plan(spec.params), layout(spec))
+            hit = (spec, {**DEFAULTS, **spec.params}, layout(spec))
             self._jobs[spec.job_id] = hit
-        return hit[1], hit[2], hit[3]
+        return hit[1], hit[2]
+
+    def _steps(self, spec: JobSpec) -> int:
+        """The number of charged steps T (the plain job's plan; :class:`SecureLVQParty`: its secure plan's, so
+        that a secure party never calibrates the central sigma it does not use)."""
+        return privacy_plan(spec.params).steps
 
     def _rescaled(self, spec: JobSpec, X: np.ndarray) -> np.ndarray:
         """Records rescaled into [-1, 1]^d, computed once per job for the same array."""
@@ -106,7 +111,7 @@ class LVQParty(PartyAlgorithm):
 
     def task_event(self, spec: JobSpec, task: Task) -> DpEvent | None:
         """Round 0: the initialisation; round t >= 1: one Poisson-subsampled Gaussian step."""
-        _, plan, _ = self._job(spec)
+        plan = privacy_plan(spec.params)
         if task.round == 0:
             return plan.init_event
         return dpsgd.step_event(float({**DEFAULTS, **spec.params}["sampling_rate"]), plan.noise_multiplier)
@@ -114,12 +119,13 @@ class LVQParty(PartyAlgorithm):
     def check_task(self, spec: JobSpec, task: Task) -> None:
         if task.job_id != spec.job_id:
             raise TaskRejected("task belongs to another job")
-        p, plan, (c, d, ppc, rank, _) = self._job(spec)
+        p, (c, d, ppc, rank, _) = self._job(spec)
         last = self._last_round.get(spec.job_id, -1)
         if task.round <= last:
             raise TaskRejected(f"round {task.round} was already answered (a repeat would spend budget twice)")
-        if task.round > plan.steps:
-            raise TaskRejected(f"round {task.round} lies beyond the charged plan of {plan.steps} steps")
+        steps = self._steps(spec)
+        if task.round > steps:
+            raise TaskRejected(f"round {task.round} lies beyond the charged plan of {steps} steps")
         if task.params:
             raise TaskRejected("LVQ tasks take no per-task parameters (everything is fixed by the job)")
         expected_kind = "init" if task.round == 0 else "step"
@@ -148,7 +154,7 @@ class LVQParty(PartyAlgorithm):
     def _checked(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Check the task and the records; from here on the round counts as answered."""
         self.check_task(spec, task)
-        p, plan, (c, d, ppc, rank, learn_omega) = self._job(spec)
+        c, d = self._job(spec)[1][:2]
         if y is None:
             raise DataValidationError("LVQ needs labelled records")
         X = np.asarray(X, dtype=np.float64)
@@ -170,7 +176,8 @@ class LVQParty(PartyAlgorithm):
 
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
         Z, y = self._checked(spec, task, X, y)
-        p, plan, (c, d, ppc, rank, _) = self._job(spec)
+        p, (c, d, ppc, rank, _) = self._job(spec)
+        plan = privacy_plan(spec.params)
         share = int(p["parties"]) if p["noise"] == "distributed" else 1  # noise shares (1: local noise)
         if task.kind == "init":
             # A class absent here is answered like any other (a count of 0 plus noise): refusing would
@@ -188,7 +195,7 @@ class LVQParty(PartyAlgorithm):
 
     def _step_gradient(self, spec: JobSpec, task: Task, n: int, rng: SecureRNG) -> tuple[LVQGradient, np.ndarray]:
         """The gradient at the step's broadcast model, and the step's Poisson sample of the n records."""
-        p, _, (c, d, ppc, rank, learn) = self._job(spec)
+        p, (c, d, ppc, rank, learn) = self._job(spec)
         W = np.asarray(task.arrays["prototypes"], dtype=np.float64)
         omega = np.asarray(task.arrays["omega"], dtype=np.float64) if rank else None
         grad = LVQGradient(W, prototype_labels(c, ppc), omega, phi=str(p["phi"]), beta=float(p["beta"]),
@@ -235,6 +242,9 @@ class SecureLVQParty(LVQParty, SecureRelease):
         if spent > spec.epsilon * (1.0 + 1e-9):
             raise TaskRejected(f"the job's noise gives epsilon {spent:.6g} > its stated epsilon {spec.epsilon:.6g}")
         return event
+
+    def _steps(self, spec: JobSpec) -> int:
+        return secure_lvq_plan(spec).step.steps
 
     def task_event(self, spec: JobSpec, task: Task) -> DpEvent | None:
         """Round 0: the initialisation's release; round t >= 1: one of the T steps' (Poisson-subsampled)
