@@ -269,7 +269,10 @@ class Coordinator(PartyCalls, JobRunner):
                          f"job {job_id} has no model (state {rec.state}{': ' + rec.reason if rec.reason else ''})")
         return rec, model
 
-    def stop(self) -> None:
+    def stop(self, join_seconds: float = 10.0) -> None:
+        """Interrupt the running jobs (they stay queued on disk and resume on restart), close the sessions, wait
+        up to ``join_seconds`` in all for the runner threads, close the state store (after any write in
+        progress: a job record or checkpoint is written whole, each ledger charge is one transaction)."""
         with self._cond:
             self._stopping = True
             for act in self._actives.values():
@@ -278,8 +281,9 @@ class Coordinator(PartyCalls, JobRunner):
                 self._close_session(sess, "the coordinator is shutting down")
         for _ in self._runners:
             self._queue.put(None)
+        end = time.monotonic() + join_seconds
         for t in self._runners:
-            t.join(timeout=10)
+            t.join(timeout=max(end - time.monotonic(), 0.0))
         self._planner.shutdown(wait=False, cancel_futures=True)
         if self.pool is not None:
             self.pool.stop()
@@ -363,12 +367,15 @@ class RunningServer:
     console: WebServer | None = None
     metrics: WebServer | None = None
 
-    def stop(self, grace: float = 2.0) -> None:
+    def stop(self, grace: float = 2.0, join_seconds: float = 10.0) -> None:
+        """Refuse new calls at once, give the calls in flight ``grace`` seconds and the job runners
+        ``join_seconds``, close the state (``dpfed coordinator serve`` on SIGTERM: 1 s each, at the same time)."""
         for web in (self.console, self.metrics):
             if web is not None:
                 web.stop()
-        self.coordinator.stop()
-        self.server.stop(grace).wait()
+        done = self.server.stop(grace)
+        self.coordinator.stop(join_seconds=join_seconds)
+        done.wait()
 
 
 #: gRPC handler threads: every connected party's task stream holds one for as long as it is open, so

@@ -17,7 +17,6 @@ import dataclasses
 import functools
 import logging
 import os
-import signal
 import sys
 import threading
 import time
@@ -33,6 +32,7 @@ from dpfed.core.errors import DpfedError
 from dpfed.core.ledger import BudgetLedger, LedgerError
 from dpfed.core.names import NAME_RULE, valid_name
 from dpfed.federation.secure_session import SecAggParty
+from dpfed.federation.shutdown import stop_on_signals
 from dpfed.federation.session import PartyContext, PartySession, TaskError, decide
 from party.config import ConfigError, PartyConfig
 from party.inbox import TaskInbox
@@ -82,6 +82,7 @@ class PartyDaemon:
         self._shard_channel: grpc.Channel | None = None
         self._call = None
         self.connected = threading.Event()
+        self._close_lock, self._closed = threading.Lock(), False
         self.page = serve_ledger_page(self.ledger, config.name, config.console_port) \
             if config.console_port >= 0 else None  # the data owner's ledger report on 127.0.0.1
 
@@ -114,6 +115,12 @@ class PartyDaemon:
             call.cancel()
 
     def close(self) -> None:
+        """Stop the ledger page and close the ledger (idempotent, from any thread: the ledger's lock waits for
+        a charge or an answer record in progress, each one transaction)."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
         if self.page is not None:
             self.page.stop()
         self.ledger.close()
@@ -308,11 +315,7 @@ def serve_from_config(path: str, log_level: str = "INFO", insecure: bool = False
     if cfg.exit_with_parent:
         threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
 
-    def on_signal(signum, frame):  # noqa: ARG001
-        daemon.stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_signals(daemon.stop, daemon.close, f"party {cfg.name}")  # closed and gone within 2 s
     try:
         daemon.run()
     except grpc.RpcError as exc:

@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import os
-import signal
 import sys
 import threading
 import time
@@ -215,16 +214,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except (ConfigError, FileNotFoundError, OSError, ConnectionError) as exc:
         print(f"dpfed coordinator: error: {exc}", file=sys.stderr)
         return 2
+    from dpfed.federation.shutdown import STOP_SECONDS, stop_on_signals
+
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda s, f: stop.set())
+    stop_on_signals(stop.set, running.coordinator.store.close, "the coordinator")
     shards = running.coordinator.pool
     print(f"dpfed coordinator listening on port {running.port} (state in {cfg.state_dir})"
           + (f"; {len(shards.addresses)} ingress shard(s) on Ray: {', '.join(shards.addresses)}" if shards else ""),
           flush=True)
     stop.wait()
-    running.stop()
-    return 0
+    running.stop(grace=STOP_SECONDS, join_seconds=STOP_SECONDS)  # calls in flight and job runners: 1 s
+    logging.shutdown()
+    os._exit(0)  # not `return`: the interpreter would wait for a planner thread still deciding an offer
 
 
 def _ago(now: float, t: float | None) -> str:

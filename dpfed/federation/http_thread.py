@@ -18,7 +18,8 @@ class ThreadedHTTPServer(http.server.ThreadingHTTPServer):
         return int(self.server_address[1])
 
     def start(self, name: str) -> None:
-        threading.Thread(target=self.serve_forever, name=name, daemon=True).start()
+        # polled every 0.1 s: stop() returns within that (a daemon stopping on SIGTERM has a 2 s grace)
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1}, name=name, daemon=True).start()
 
     def stop(self) -> None:
         self.shutdown()

@@ -6,12 +6,15 @@ changes each entry by at most 1, so the L1 sensitivity is ``1 + width`` and Lapl
 scale ``(1 + width) * rounds / epsilon`` per round gives epsilon-DP for the whole job (basic
 composition over rounds; Dwork & Roth 2014, Thm 3.6 and 3.16). The coordinator sums the answers
 (parallel composition over parties) and its model is the noisy mean. ``broadcast`` makes the
-coordinator send a public array of that many float64s with every task (benchmarks).
+coordinator send a public array of that many float64s with every task (benchmarks). ``stall_rounds`` (a list)
+and ``stall_seconds`` make every party spend that long computing those rounds' answers, ``absorb_stall_rounds`` the
+coordinator that long absorbing those rounds' sums (a daemon busy mid-round, for the shutdown tests).
 
 Registered through the daemons' ``plugins`` setting (``plugins = ["net_noisy_mean"]``).
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -70,6 +73,8 @@ class NoisyMeanParty(PartyAlgorithm):
 
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Answer:
         rounds, width, _ = _shape(spec)
+        if task.round in spec.params.get("stall_rounds", ()):
+            time.sleep(float(spec.params.get("stall_seconds", 0.0)))
         sums = _scaled(X, spec.schema).sum(axis=0) if len(X) else np.zeros(spec.schema.n_features)
         vec = np.concatenate([[float(len(X))], np.tile(sums, -(-width // max(sums.size, 1)))[:width]])
         return {"sum": vec + _laplace(rng, (1 + width) * rounds / spec.epsilon, vec.size)}
@@ -94,6 +99,8 @@ class NoisyMeanCoordinator(CoordinatorAlgorithm):
         total = combined.arrays.get("sum")
         if total is None or total.shape != (1 + self.width,):
             raise ValueError("answers of the wrong shape")
+        if task.round in self.spec.params.get("absorb_stall_rounds", ()):
+            time.sleep(float(self.spec.params.get("stall_seconds", 0.0)))
         self.total = self.total + total
         self.done += 1
 
