@@ -14,7 +14,9 @@ import numpy as np
 from dp_accounting import DpEvent
 
 from dpfed.core import distributed_noise as dn
+from dpfed.core.distributed_laplace import PolyaNoisePlan
 from dpfed.core.events import DistributedDiscreteGaussianDpEvent
+from dpfed.core.rng import SecureRNG
 
 __all__ = ["SecurePlan"]
 
@@ -32,6 +34,15 @@ class SecurePlan:
     #: An ``integer`` plan's exact L1 sensitivity (its L2 one is ``noise.clip``); None: not stated (then
     #: :meth:`event` cannot be computed and the release gate refuses the round).
     l1: float | None = None
+    #: An ``integer`` plan's distributed discrete Laplace (:mod:`dpfed.core.distributed_laplace`): each party
+    #: adds one Polya share instead of a discrete Gaussian one, and :meth:`event` is the Laplace's pure-epsilon
+    #: event (``noise`` then keeps the modulus, dimension and parties; its ``sigma_share`` is informational:
+    #: the Polya share's standard deviation). None: the distributed discrete Gaussian.
+    laplace: PolyaNoisePlan | None = None
+
+    def __post_init__(self) -> None:
+        if self.laplace is not None and not self.integer:
+            raise ValueError("a distributed discrete Laplace plan needs integer rows (and their exact L1 sensitivity)")
 
     @property
     def dimension(self) -> int:
@@ -51,8 +62,17 @@ class SecurePlan:
             return replace(self.noise, steps=1).event()
         if self.l1 is None:
             raise ValueError("an integer secure plan must state its L1 sensitivity")
+        if self.laplace is not None:
+            return self.laplace.event(self.l1)
         return DistributedDiscreteGaussianDpEvent(float(self.noise.sigma_share), int(self.noise.honest_parties),
                                                   float(self.noise.clip), float(self.l1), int(self.noise.dimension))
+
+    def add_noise_mod(self, values: np.ndarray, rng: SecureRNG) -> np.ndarray:
+        """(values + this party's noise share) mod 2^B as uint64 words: a Polya share under :attr:`laplace`, else a
+        discrete Gaussian share N_Z(0, sigma_share^2) (KLS21 Alg. 1)."""
+        if self.laplace is not None:
+            return self.laplace.add_noise_mod(values, self.noise.bits, rng)
+        return dn.add_noise_mod(values, self.noise.sigma_share, self.noise.bits, rng)
 
     def decode(self, total: np.ndarray) -> dict[str, np.ndarray]:
         """The survivors' sum mod 2^B as the named arrays (KLS21 Alg. 2, or centring only for integers)."""

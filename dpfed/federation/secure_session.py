@@ -364,7 +364,8 @@ def encode_party_sum(total: np.ndarray, plan: Any, rng: SecureRNG) -> np.ndarray
 def encode_rows(chunks: Any, plan: Any, rng: SecureRNG) -> np.ndarray:
     """Distributed-noise encoding of a stream of per-record row chunks (KLS21 Alg. 1): each row
     clipped, rotated, scaled and conditionally rounded on its own, the integer rows summed, one
-    discrete Gaussian share added, mod 2^B (uint64 words). A plan with ``rounding == "party"`` sums
+    discrete Gaussian share (a distributed discrete Laplace plan: a Polya share) added, mod 2^B
+    (uint64 words). A plan with ``rounding == "party"`` sums
     the clipped rows in float64 and rotates, scales and rounds that sum once
     (:func:`dpfed.core.distributed_noise.quantize_party_sum`). An ``integer`` plan takes integer rows
     as they are (their sensitivities are exact; the algorithm's plan states them) and sums them."""
@@ -388,4 +389,4 @@ def encode_rows(chunks: Any, plan: Any, rng: SecureRNG) -> np.ndarray:
             total += rows.astype(np.int64).sum(axis=0)
         elif len(rows):
             total += dn.quantize(rows, plan.noise, seed=plan.seed, rng=rng)
-    return dn.add_noise_mod(total, plan.noise.sigma_share, plan.noise.bits, rng)
+    return plan.add_noise_mod(total, rng)  # a discrete Gaussian or (integer plans) a Polya share

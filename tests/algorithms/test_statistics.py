@@ -5,6 +5,7 @@ the true values at their nominal rate; the one-party tools agree with the job.""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import dp_accounting as dpa
 import numpy as np
@@ -82,9 +83,13 @@ def test_local_plan_equals_an_event_built_here(eps, delta, mech):
         assert plan.l1 == m * plan.weights[0] and plan.noise == pytest.approx((plan.l1 + 1) / eps)
 
 
+def _secure_spec(mech: str = "auto", eps: float = 1.0, queries=QUERIES) -> JobSpec:
+    return _spec(eps, 1e-5, mech, queries=queries, noise="distributed", secure_aggregation=True,
+                 roster=["p0", "p1", "p2", "p3", "p4"], records=20000, min_survivors=4, colluders=1)
+
+
 def test_secure_plan_equals_an_event_built_here():
-    spec = _spec(1.0, 1e-5, noise="distributed", secure_aggregation=True, roster=["p0", "p1", "p2", "p3", "p4"],
-                 records=20000, min_survivors=4, colluders=1)
+    spec = _secure_spec("gaussian")
     half = get_algorithm("statistics").party_for(spec.params)
     job = half.job_event(spec)
     w = statistics.plan_release(spec).weights
@@ -99,6 +104,92 @@ def test_secure_plan_equals_an_event_built_here():
     smaller = DistributedDiscreteGaussianDpEvent(job.sigma_share * (1 - 1e-3), 3, job.l2_sensitivity,
                                                  job.l1_sensitivity, L)
     assert accounting.epsilon(smaller, 1e-5, accountant="rdp") > 1.0
+
+
+@pytest.mark.parametrize("eps", [0.1, 1.0])
+def test_secure_laplace_plan_equals_an_event_built_here(eps):
+    """Distributed discrete Laplace: P_min - c = 3 honest Polya shares summing to the discrete Laplace of scale
+    (L1 + 1) / eps on the full 2^16 grid (8 levels: L1 = 8 W); charged as the pure-epsilon randomized-response
+    pair; the secure plan's own event is the exact pure epsilon L1 / scale <= eps; ``auto`` picks the smaller
+    per-entry variance of this and the distributed Gaussian (built here)."""
+    spec = _secure_spec("laplace", eps)
+    half = get_algorithm("statistics").party_for(spec.params)
+    job = half.job_event(spec)
+    assert isinstance(job, DiscreteLaplaceDpEvent) and job.sensitivity == 1
+    e = job.noise_parameter  # the largest pure epsilon the secure (RDP) ledger converts to <= eps at delta 1e-5
+    assert accounting.epsilon(job, 1e-5, accountant="rdp") <= eps
+    assert accounting.epsilon(DiscreteLaplaceDpEvent(e * (1 + 1e-6), 1), 1e-5, accountant="rdp") > eps
+    assert 0.96 * eps < e <= eps
+    plan = statistics.plan_release(spec)
+    sec = half.plan(spec, TASK)
+    W = 1 << 16
+    assert plan.mechanism == "ddlaplace" and plan.weights.tolist() == [W] * 7 and plan.l1 == 8 * W
+    t = Fraction(8 * W + 1) / Fraction(e)  # the scale, as a rational rounded up to a small denominator
+    assert sec.laplace.scale >= t and float(sec.laplace.scale) == pytest.approx(float(t), rel=1e-6)
+    assert sec.laplace.shares == 3 and sec.integer and sec.l1 == 8 * W
+    ev = sec.event()  # the release's own pure epsilon, within the charged one
+    assert isinstance(ev, DiscreteLaplaceDpEvent) and ev.sensitivity == 1
+    assert Fraction(8 * W) / sec.laplace.scale <= Fraction(ev.noise_parameter) <= Fraction(e)
+    q = math.exp(-1 / float(t))
+    assert plan.noise_var * 3 == pytest.approx(2 * q / (1 - q) ** 2, rel=1e-5)  # 3 shares: one discrete Laplace
+    auto = statistics.plan_release(_secure_spec("auto", eps))
+    gauss = statistics.plan_release(_secure_spec("gaussian", eps))
+    lap_var, gauss_var = 2 * q / (1 - q) ** 2 / W ** 2, 3 * gauss.noise ** 2 / float(gauss.weights[0]) ** 2
+    assert auto.mechanism == ("ddlaplace" if lap_var <= gauss_var else "ddgauss")
+    assert (auto.mechanism == "ddlaplace") == (eps == 1.0)  # 8 levels: L1 = 8 W against L2 = sqrt(8) W
+
+
+def test_secure_laplace_noise_in_the_parties_answers_is_the_discrete_laplace():
+    """Three honest parties' actual secure answers (the real encoder: integer vector + one Polya share mod 2^B)
+    summed mod 2^B and decoded, minus the noiseless sum NumPy-independent party_statistics gives: the discrete
+    Laplace of the plan's scale, by a chi-square test of |noise| against the geometric law of |X| (false alarm
+    1e-4), over 12 jobs x 3 x ~410 entries; a planted half-scale share is rejected."""
+    from scipy import stats
+
+    from dpfed.core.distributed_noise import decode_integers, modular_sum
+    from dpfed.core.polya import sample_polya_share
+    from dpfed.federation.secure_session import encode_rows
+
+    X, y = _data(300)
+    spec = _spec(1.0, 1e-6, "auto", queries=["histogram:u:bins=400", "mean:v", "histogram:a", "count"],
+                 noise="distributed", secure_aggregation=True, roster=["p0", "p1", "p2", "p3"], records=2000,
+                 min_survivors=4, colluders=1)
+    half = get_algorithm("statistics").party_for(spec.params)
+    sec = half.plan(spec, TASK)
+    parts = [(X[i::3], y[i::3]) for i in range(3)]
+    exact = sum(statistics.party_statistics(x, t, statistics.job_layout(spec), sec.laplace and
+                                            statistics.plan_release(spec).weights, SCHEMA) for x, t in parts)
+    resid = []
+    for j in range(12):
+        msgs = [encode_rows(half.rows(spec, TASK, x, t, None), sec, SecureRNG.from_seed(f"s{j}-{i}"))
+                for i, (x, t) in enumerate(parts)]
+        resid.append(decode_integers(modular_sum(np.stack(msgs), sec.noise.bits), sec.noise.bits) - exact)
+    resid = np.abs(np.concatenate(resid))
+    q = math.exp(-1 / float(sec.laplace.scale))
+
+    def pvalue(a):  # |X| of the discrete Laplace: P(0) = (1 - q) / (1 + q), P(k) = 2 (1 - q) q^k / (1 + q)
+        e = np.unique(np.quantile(a, np.linspace(0, 1, 21)[1:-1]).astype(np.int64))
+        F = np.concatenate([[0.0], 1 - 2 * q ** (e + 1) / (1 + q), [1.0]])
+        obs = np.bincount(np.searchsorted(e, a, side="left"), minlength=len(e) + 1)
+        return stats.chisquare(obs, np.diff(F) * len(a)).pvalue
+
+    assert resid.size > 12_000 and pvalue(resid) > 1e-4
+    planted = np.abs(sum(sample_polya_share(sec.laplace.scale / 2, 3, resid.size, SecureRNG.from_seed(f"b{i}"))
+                         for i in range(3)))
+    assert pvalue(planted) < 1e-4
+
+
+def test_secure_outlier_moves_the_rows_by_at_most_the_planned_l1():
+    """A record far outside the bounds (clamped) moves the party's secure integer vector by exactly W per block
+    level in L1: at most the secure plan's L1 (the Laplace plan's sensitivity) and L2 (its clip)."""
+    spec = _secure_spec("laplace")
+    half = get_algorithm("statistics").party_for(spec.params)
+    sec = half.plan(spec, TASK)
+    X, y = _data(200)
+    far = np.vstack([X, [2, 1e9, -np.inf, 1]])
+    (a,), (b,) = half.rows(spec, TASK, X, y, None), half.rows(spec, TASK, far, np.append(y, 1), None)
+    diff = (b - a).astype(float)
+    assert np.abs(diff).sum() == sec.l1 and np.linalg.norm(diff) <= sec.noise.clip * (1 + 1e-12)
 
 
 # ------------------------------------------------------------------------------------------ before the noise
@@ -224,7 +315,7 @@ def test_five_parties_distributed_noise_in_process():
     parts = [(X[i::5], y[i::5]) for i in range(5)]
     spec = JobSpec("st5", "statistics", {**_spec().params, "noise": "distributed", "secure_aggregation": True}, SCHEMA)
     res = run_inprocess(spec, parts, seed=3)
-    assert res.summary["mechanism"] == "ddgauss" and res.summary["secure_aggregation"] is True
+    assert res.summary["mechanism"] == "ddlaplace" and res.summary["secure_aggregation"] is True
     assert res.epsilon_spent <= 1.0 * (1 + 1e-9)
     out = {r["query"]: r for r in res.summary["results"]}
     u, a = np.clip(X[:, 1], 0, 10), X[:, 0].astype(int)

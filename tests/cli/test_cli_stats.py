@@ -21,7 +21,7 @@ def test_stats_json_keys_and_grouped_answers(capsys):
     assert code == 0, err
     rec = json.loads(out)
     assert set(rec) == KEYS
-    assert rec["mechanism"] == "ddgauss" and rec["secure_aggregation"] is True and rec["parties"] == 5
+    assert rec["mechanism"] == "ddlaplace" and rec["secure_aggregation"] is True and rec["parties"] == 5
     assert rec["epsilon_spent"] <= 1.0 * (1 + 1e-9) and len(rec["party_epsilon"]) == 5
     queries = [r["query"] for r in rec["results"]]
     assert queries == ["count() by class", "mean(age) by class", "var(age) by class", "median(age) by class",

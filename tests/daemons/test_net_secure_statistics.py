@@ -19,7 +19,7 @@ def test_secure_statistics_over_grpc_matches_in_process(adult, tmp_path):
     spec = JobSpec("secure-stats-grpc", "statistics", params, adult.schema)
     net = run_grpc_simulation(spec, data, seed=5, workdir=tmp_path / "sim", timeout=600)
     local = run_inprocess(spec, data, seed=5)
-    assert net.summary["secure_aggregation"] is True and net.summary["mechanism"] == "ddgauss"
+    assert net.summary["secure_aggregation"] is True and net.summary["mechanism"] == "ddlaplace"
     assert net.summary["dropped_rounds"] == 0 and net.rounds == local.rounds == 1
     assert net.epsilon_spent == local.epsilon_spent <= 1.0 * (1 + 1e-9)
     assert net.summary["results"] == local.summary["results"]

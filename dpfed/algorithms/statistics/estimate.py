@@ -70,7 +70,7 @@ class Answer:
 def multiplier(mechanism: str, confidence: float) -> float:
     """k of the interval value +- k se (module docstring)."""
     alpha = 1.0 - confidence
-    if mechanism == "laplace":
+    if mechanism in ("laplace", "ddlaplace"):  # ddlaplace: >= 1 discrete Laplace summed (lighter tails)
         return math.log(1.0 / alpha) / math.sqrt(2.0)
     return NormalDist().inv_cdf(1.0 - alpha / 2.0)
 

@@ -25,7 +25,8 @@ PARAMS = ParamTable((
     Param("group_by", str, None, optional=True,
           help="answer every query per group of this categorical column (or 'class': the label)"),
     Param("mechanism", str, "auto", choices=MECHANISMS,
-          help="statistics noise: auto (the smaller variance; delta 0 means discrete Laplace), laplace, gaussian"),
+          help="statistics noise: auto (the smaller variance; delta 0 means discrete Laplace), laplace, gaussian "
+               "(with distributed noise: Polya shares summing to a discrete Laplace, or discrete Gaussian shares)"),
     Param("confidence", float, CONFIDENCE, lo=0.5, hi=0.999999,
           help=f"statistics: level of the reported confidence intervals (default {CONFIDENCE:g})"),
     noise_param(),
@@ -38,9 +39,6 @@ def check_params(p: dict[str, Any], schema: Schema | None) -> None:
         if not sn.is_secure(p):
             raise TaskRejected("statistics distributed noise runs only under secure aggregation "
                                "(secure_aggregation = true)")
-        if p["mechanism"] == "laplace" or p["delta"] <= 0:
-            raise TaskRejected("statistics distributed noise adds discrete Gaussian shares: it needs 'delta' > 0 "
-                               "and mechanism auto or gaussian")
     if p["mechanism"] == "gaussian" and p["delta"] <= 0:
         raise TaskRejected("statistics mechanism gaussian needs 'delta' in (0, 1); use laplace for delta 0")
     try:

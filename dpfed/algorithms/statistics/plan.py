@@ -46,12 +46,13 @@ CONFIDENCE = 0.95
 class StatsPlan:
     """The release plan: mechanism, integer block weights, noise, and the event the party charges."""
 
-    mechanism: str            # "laplace", "gaussian" or "ddgauss"
+    mechanism: str            # "laplace", "gaussian", "ddgauss" or "ddlaplace" (distributed: :mod:`.secure`)
     weights: np.ndarray       # integer units per record, one per block
     l1: int
     l2: float
-    noise: float              # Laplace scale t, Gaussian sigma, or one share's sigma (ddgauss)
-    noise_var: float          # per entry, grid units^2 (ddgauss: of ONE share)
+    noise: float              # Laplace scale t (ddlaplace: of the m honest shares' sum), Gaussian sigma, or
+    #                           one share's sigma (ddgauss)
+    noise_var: float          # per entry, grid units^2 (ddgauss, ddlaplace: of ONE share)
     event: dp_event.DpEvent
 
     def entry_variance(self, block: int, shares: int = 1) -> float:

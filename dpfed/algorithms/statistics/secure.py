@@ -10,6 +10,16 @@ once per level), so the event is
 ``DistributedDiscreteGaussianDpEvent(sigma_share, P_min - c, L2, L1, L)`` accounted by RDP, sigma_share the
 smallest meeting (epsilon, delta). The modulus holds ``records`` x the largest weight plus the noise tail
 (:func:`dpfed.algorithms.secure_noise.integer_bits`).
+
+Or the distributed discrete Laplace (:mod:`dpfed.core.distributed_laplace`, mechanism ``ddlaplace``): each party
+adds one Polya share NB(1/m, p) - NB(1/m, p), m = P_min - c, so the m honest shares alone sum to the discrete
+Laplace of scale (L1 + 1) / e at the full grid (pure e, charged ``DiscreteLaplaceDpEvent(e, 1)`` as the local
+Laplace; e <= epsilon the largest whose RDP conversion, the secure ledger's, meets (epsilon, delta)); more shares
+only add independent noise. ``mechanism``: ``laplace`` and ``gaussian`` force
+one; ``auto`` takes the smaller per-entry noise variance in records^2 (m shares: 2 p / (1 - p)^2 / W^2 against
+m sigma_share^2 / W_g^2: roughly 2 (h / epsilon)^2 against z^2 h for h block levels, so Laplace for jobs of a few
+statistics, the Gaussian for many); delta = 0 means Laplace. The
+modulus holds records x W plus the tail of all P shares (:func:`dpfed.core.distributed_laplace.polya_bits`).
 """
 from __future__ import annotations
 
@@ -17,7 +27,7 @@ import math
 from typing import Callable, Iterator
 
 import numpy as np
-from dp_accounting import DpEvent
+from dp_accounting import DpEvent, dp_event
 
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import JobSpec, Task, TaskRejected
@@ -27,28 +37,83 @@ from dpfed.algorithms.statistics.plan import (GRID, MAX_SIGMA_UNITS, MIN_GRID, T
                                               sensitivities)
 from dpfed.core import accounting
 from dpfed.core import distributed_noise as dn
+from dpfed.core.distributed_laplace import PolyaNoisePlan, polya_bits, polya_scale
 from dpfed.core.events import DistributedDiscreteGaussianDpEvent
 from dpfed.core.memo import shared_cache
 
-__all__ = ["secure_release", "integer_plan", "smallest_sigma", "secure_plan", "secure_rows"]
+__all__ = ["secure_release", "integer_plan", "gaussian_plan", "laplace_plan", "rdp_pure_epsilon", "smallest_sigma",
+           "secure_plan", "secure_rows"]
 
 
 def secure_release(spec: JobSpec) -> tuple[StatsPlan, SecurePlan]:
     """The distributed-noise plan of a secure statistics job (module docstring)."""
-    if spec.delta <= 0:
-        raise ValueError("distributed noise needs delta > 0 (discrete Gaussian shares)")
-    if spec.params.get("mechanism", "auto") == "laplace":
-        raise ValueError("under secure aggregation statistics use distributed discrete Gaussian shares; "
-                         "mechanism must be 'auto' or 'gaussian'")
+    mech = str(spec.params.get("mechanism", "auto"))
+    if mech == "gaussian" and spec.delta <= 0:
+        raise ValueError("distributed discrete Gaussian shares need delta > 0; use mechanism 'laplace' or 'auto'")
     layout = job_layout(spec)
     sp = sn.secure_params(spec.params)
     return integer_plan(layout.levels, layout.length, spec.epsilon, spec.delta, sp.honest, sp.parties, sp.records,
-                        sp.bits, spec.job_id)
+                        sp.bits, spec.job_id, mech)
 
 
 @shared_cache(maxsize=64)
 def integer_plan(levels: tuple[int, ...], dim: int, eps: float, delta: float, honest: int, parties: int, records: int,
-                 floor_bits: int, job_id: str) -> tuple[StatsPlan, SecurePlan]:
+                 floor_bits: int, job_id: str, mech: str = "gaussian") -> tuple[StatsPlan, SecurePlan]:
+    """The plan of ``mech`` (``auto``: the smaller per-entry variance of the two that fit; module docstring)."""
+    args = (levels, dim, eps, honest, parties, records, floor_bits, job_id)
+    if mech == "laplace" or delta <= 0:
+        return laplace_plan(*args, delta)
+    if mech == "gaussian":
+        return gaussian_plan(*args, delta)
+    lap = laplace_plan(*args, delta)
+    try:
+        gauss = gaussian_plan(*args, delta)
+    except ValueError:  # epsilon too small for the Gaussian's grid: Laplace is far less noisy there anyway
+        return lap
+    return lap if lap[0].entry_variance(0) <= gauss[0].entry_variance(0) else gauss
+
+
+def rdp_pure_epsilon(eps: float, delta: float) -> float:
+    """The largest pure epsilon e <= ``eps`` (to 1e-9 relative) whose randomized-response pair
+    ``DiscreteLaplaceDpEvent(e, 1)`` meets (eps, delta) by the RDP conversion of the secure party's ledger
+    (RDP, as distributed noise needs: it converts a pure e to e + ~log(1/delta)/alpha, 0.35 % above e at
+    epsilon 1, delta 1e-5, 3.5 % at 0.1). ``delta`` 0: ``eps`` (a pure-DP ledger question)."""
+    if delta <= 0:
+        return float(eps)
+
+    def ok(e: float) -> bool:
+        return accounting.epsilon(dp_event.DiscreteLaplaceDpEvent(e, 1), delta, accountant="rdp") <= eps
+
+    lo, hi = 0.0, float(eps)
+    if ok(hi):
+        return hi
+    while hi - lo > 1e-9 * eps:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def laplace_plan(levels: tuple[int, ...], dim: int, eps: float, honest: int, parties: int, records: int,
+                 floor_bits: int, job_id: str, delta: float = 0.0) -> tuple[StatsPlan, SecurePlan]:
+    """The distributed discrete Laplace plan: full grid, scale (L1 + 1) / e with e = :func:`rdp_pure_epsilon`
+    (eps, delta), ``honest`` Polya shares; charged ``DiscreteLaplaceDpEvent(e, 1)``."""
+    weights = np.full(len(levels), GRID, np.int64)
+    l1, l2 = sensitivities(weights, levels)
+    eps = rdp_pure_epsilon(eps, delta)
+    polya = PolyaNoisePlan(polya_scale(l1, eps), int(honest))
+    var = polya.share_variance()
+    bits = polya_bits(floor_bits, records * float(GRID), polya, parties, dim, sn.WRAP_PROBABILITY)
+    noise = dn.DistributedNoisePlan(dimension=dim, clip=l2, gamma=1.0, bits=bits, sigma_share=max(0.5, math.sqrt(var)),
+                                    honest_parties=honest, parties=parties, vectors=records)
+    plan = StatsPlan("ddlaplace", weights, int(l1), l2, float(polya.scale), var,
+                     dp_event.DiscreteLaplaceDpEvent(float(eps), 1))
+    return plan, SecurePlan(noise, (("stats", (dim,)),), sn.rotation_seed(job_id, 0), integer=True, l1=float(l1),
+                            laplace=polya)
+
+
+def gaussian_plan(levels: tuple[int, ...], dim: int, eps: float, honest: int, parties: int, records: int,
+                  floor_bits: int, job_id: str, delta: float) -> tuple[StatsPlan, SecurePlan]:
+    """The distributed discrete Gaussian plan (module docstring)."""
     z = accounting.gaussian_noise_multiplier(eps, delta, rtol=1e-5)  # sets the grid only
     m = int(sum(levels))
     grid = min(GRID, int(MAX_SIGMA_UNITS * math.sqrt(honest) / (2 * z * math.sqrt(m))))
