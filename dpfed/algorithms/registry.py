@@ -21,6 +21,7 @@ _MODULES = {
     "pca": "dpfed.algorithms.pca",
     "linear-regression": "dpfed.algorithms.linear_regression",
     "random-forest": "dpfed.algorithms.random_forest",
+    "decision-tree": "dpfed.algorithms.decision_tree",
     "logistic-regression": "dpfed.algorithms.linear_models",
     "linear-svm": "dpfed.algorithms.linear_models",
 }

@@ -6,13 +6,15 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
+from dpfed.algorithms.decision_tree import DPDecisionTreeClassifier
 from dpfed.algorithms.kmeans import DPKMeans
 from dpfed.algorithms.lvq import DPGLVQ, DPGMLVQ
 from dpfed.algorithms.naive_bayes import DPNaiveBayes
 from dpfed.algorithms.random_forest import DPRandomForestClassifier
 
 
-@pytest.mark.parametrize("cls", [DPNaiveBayes, DPKMeans, DPGLVQ, DPGMLVQ, DPRandomForestClassifier])
+@pytest.mark.parametrize("cls", [DPNaiveBayes, DPKMeans, DPGLVQ, DPGMLVQ, DPRandomForestClassifier,
+                                 DPDecisionTreeClassifier])
 def test_get_set_params_and_clone(cls):
     est = cls()
     params = est.get_params()
@@ -40,7 +42,7 @@ def test_runtime_needs_no_test_extras():
         "for m in ('sklearn', 'diffprivlib', 'matplotlib', 'pytest', 'hypothesis'):\n"
         "    sys.modules[m] = None  # importing it now raises ImportError\n"
         "import dpfed.algorithms.naive_bayes, dpfed.algorithms.lvq, dpfed.algorithms.kmeans\n"
-        "import dpfed.algorithms.random_forest\n"
+        "import dpfed.algorithms.random_forest, dpfed.algorithms.decision_tree\n"
         "import dpfed.core.mechanisms, dpfed.core.ledger\n"
         "import coordinator.server, dpfed.simulation.grpc_local, party.daemon\n"
         "from dpfed.cli import main\n"

@@ -26,6 +26,7 @@ CASES = {
     "kmeans": ("segmentation", {"epsilon": 1.0, "delta": 1e-6, "k": 4}),
     "logistic-regression": ("adult", {"epsilon": 1.0, "delta": 1e-5, "epochs": 2}),
     "random-forest": ("adult", {"epsilon": 1.0, "delta": 1e-6, "trees": 8}),
+    "decision-tree": ("adult", {"epsilon": 1.0, "delta": 1e-6, "depth": 4}),
     "pca+naive-bayes": ("satimage", {"epsilon": 4.0, "delta": 1e-5, "pca_k": 5}),
     "pca+kmeans": ("segmentation", {"epsilon": 2.0, "delta": 1e-6, "pca_k": 3, "k": 4}),
     "pca": ("segmentation", {"epsilon": 1.0, "delta": 1e-6, "k": 3}),

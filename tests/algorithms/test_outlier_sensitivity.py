@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pytest
 
-from dpfed.algorithms import kmeans, linear_models, lvq, naive_bayes, random_forest
+from dpfed.algorithms import decision_tree, kmeans, linear_models, lvq, naive_bayes, random_forest
 from dpfed.algorithms.contract import JobSpec, Released, Task, TaskRejected
 from dpfed.algorithms.kmeans import fit as kmeans_fit
 from dpfed.algorithms.kmeans.sample_aggregate import (
@@ -92,6 +92,31 @@ def test_random_forest_outlier_moves_the_release_by_at_most_its_sensitivity(mech
     diff = (release(np.vstack([X, [1, u, v]]), np.append(y, 1)) - release(X, y)).astype(float)
     assert np.count_nonzero(diff) == 6 and np.all(diff[diff != 0] == 1)
     assert np.linalg.norm(diff) <= plan.l2 * (1 + 1e-12) and np.abs(diff).sum() <= plan.l1
+
+
+# ------------------------------------------------------------------------------------------ decision tree
+
+@pytest.mark.parametrize("u,v", [(FAR * 10, -FAR * 5), (math.inf, -math.inf), (-math.inf, math.inf)])
+def test_decision_tree_outlier_moves_each_round_by_at_most_its_sensitivity(u, v):
+    """Every round of a depth-2 tree whose root splits on u: one record, clamped into the public box, adds 1 to
+    one cell of each of the F = 3 features in a level (L2 sqrt(3)) and to one leaf count (L2 1); the noise is
+    seeded alike, so the answers differ by that alone."""
+    g = np.random.default_rng(0)
+    X = np.column_stack([g.integers(0, 3, 200), g.uniform(0, 10, 200), g.uniform(-5, 5, 200)])
+    y = g.integers(0, 2, 200)
+    spec = JobSpec("dt", "decision-tree", {"epsilon": 1.0, "delta": 1e-6, "depth": 2, "bins": 4}, NB_SCHEMA)
+    plan = decision_tree.plan_release(spec)
+    feature, left = np.array([1, -1, -1]), np.zeros((3, 4), np.uint8)
+    left[0, :2] = 1
+    for r, kind in ((0, "dt-level"), (1, "dt-level"), (2, "dt-leaves")):
+        task = Task("dt", r, kind, arrays={"feature": feature if r else -np.ones(3, np.int64), "left": left * (r > 0)})
+
+        def release(X, y, task=task):
+            return _arrays(decision_tree.TreeParty().answer(spec, task, X, y, SecureRNG.from_seed("dt")))["counts"]
+
+        diff = (release(np.vstack([X, [1, u, v]]), np.append(y, 1)) - release(X, y)).astype(float)
+        assert np.count_nonzero(diff) == plan.rounds[r].l1 and np.all(diff[diff != 0] == 1)
+        assert np.linalg.norm(diff) <= plan.rounds[r].l2 * (1 + 1e-12)
 
 
 # ------------------------------------------------------------------------------------------ LVQ
@@ -361,6 +386,7 @@ LOCAL_TESTS = {"naive-bayes": test_naive_bayes_outlier_moves_the_release_by_at_m
                "pca": test_pca_outlier_moves_each_round_by_at_most_its_sensitivity,
                "linear-regression": test_linear_regression_outlier_moves_the_release_by_at_most_its_sensitivity,
                "random-forest": test_random_forest_outlier_moves_the_release_by_at_most_its_sensitivity,
+               "decision-tree": test_decision_tree_outlier_moves_each_round_by_at_most_its_sensitivity,
                "logistic-regression": test_linear_model_step_outlier_moves_the_noisy_gradient_by_at_most_the_clip,
                "linear-svm": test_linear_model_step_outlier_moves_the_noisy_gradient_by_at_most_the_clip}
 SECURE_PATHS = sorted(n for n, mode in release_paths() if mode == "secure")

@@ -45,6 +45,7 @@ _JOBS: dict[str, tuple[Schema, bool, list[dict[str, Any]]]] = {
     "pca": (_BOX3, False, [{"epsilon": 1.0, "delta": 1e-6, "k": 2, "clip": 0.8}]),
     "linear-regression": (_LR, True, [{"epsilon": 1.0, "delta": 1e-5}]),
     "random-forest": (_NB, True, [{"epsilon": 1.0, "delta": 1e-6, "trees": 5, "depth": 3}]),
+    "decision-tree": (_NB, True, [{"epsilon": 1.0, "delta": 1e-6, "depth": 2, "bins": 4}]),
     "logistic-regression": (_NB, True, [{"epsilon": 2.0, "delta": 1e-5, "epochs": 1, "sampling_rate": 0.5}]),
     "linear-svm": (_NB, True, [{"epsilon": 2.0, "delta": 1e-5, "epochs": 1, "sampling_rate": 0.5}]),
 }

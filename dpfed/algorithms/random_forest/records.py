@@ -1,4 +1,4 @@
-"""A party's records for a random forest job: float64 features and int64 labels, shapes and classes checked."""
+"""A party's records for a random forest or decision tree job: float64 features and int64 labels, shapes and classes checked."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,7 +16,7 @@ def party_records(spec: JobSpec, X: np.ndarray, y: np.ndarray | None) -> tuple[n
     if X.ndim != 2 or X.shape[1] != spec.schema.n_features:
         raise DataValidationError(f"expected a 2-d array with {spec.schema.n_features} columns")
     if y is None:
-        raise DataValidationError("the random forest needs labels at every party")
+        raise DataValidationError("random forests and decision trees need labels at every party")
     y = np.asarray(y)
     k = spec.schema.n_classes
     if y.shape != (len(X),):

@@ -1,0 +1,80 @@
+"""The scikit-learn-style private decision tree (:class:`DPDecisionTreeClassifier`): both halves on one party."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Sequence
+
+import numpy as np
+
+from dpfed.algorithms.contract import JobSpec
+from dpfed.algorithms.decision_tree.algorithm import ALGORITHMS
+from dpfed.algorithms.decision_tree.model import predict_proba
+from dpfed.algorithms.decision_tree.plan import DEFAULT_ALPHA, DEFAULT_BINS, DEFAULT_DEPTH, DEFAULT_LEAF_SHARE
+from dpfed.algorithms.driver import run_local
+from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
+from dpfed.core.rng import SecureRNG
+from dpfed.data.schema import DataValidationError, Schema
+
+__all__ = ["DPDecisionTreeClassifier"]
+
+
+class DPDecisionTreeClassifier(EstimatorParams, ClassifierScore):
+    """Scikit-learn-style private decision tree (Friedman & Schuster 2010, noisy counts; :mod:`.plan`) for one
+    array. ``schema`` (required) gives the public bounds and domains the candidate splits come from: splits
+    from the data would leak. ``delta`` must be > 0 (Gaussian noise). ``random_state`` (int) makes the noise
+    reproducible (simulation only; it warns); None uses the secure generator."""
+
+    def __init__(self, epsilon: float = 1.0, delta: float = 1e-6, max_depth: int = DEFAULT_DEPTH,
+                 bins: int = DEFAULT_BINS, leaf_share: float = DEFAULT_LEAF_SHARE, alpha: float = DEFAULT_ALPHA,
+                 schema: Schema | None = None, random_state: int | None = None,
+                 features: Sequence[str] | None = None) -> None:
+        self.epsilon, self.delta, self.max_depth, self.bins = epsilon, delta, max_depth, bins
+        self.leaf_share, self.alpha, self.schema, self.random_state = leaf_share, alpha, schema, random_state
+        self.features = features
+
+    def _params(self) -> dict[str, Any]:
+        p: dict[str, Any] = {"epsilon": float(self.epsilon), "delta": float(self.delta), "depth": int(self.max_depth),
+                             "bins": int(self.bins), "leaf_share": float(self.leaf_share), "alpha": float(self.alpha)}
+        if self.features is not None:
+            p["features"] = list(self.features)
+        return p
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> "DPDecisionTreeClassifier":
+        from dpfed.algorithms.params import validate
+
+        if self.schema is None:
+            raise DataValidationError("DPDecisionTreeClassifier needs a public schema (bounds, domains, classes): "
+                                      "candidate splits taken from the data are not private")
+        schema = self.schema
+        rng = SecureRNG() if self.random_state is None else SecureRNG.from_seed(int(self.random_state))
+        algo = ALGORITHMS["decision-tree"]
+        spec = JobSpec("estimator", "decision-tree", validate(algo, self._params(), schema), schema)
+        run = run_local(algo, spec, schema.validate(X, y), np.asarray(y), rng)
+        self.model_, self.schema_ = run.coordinator.model(), schema
+        self.classes_ = np.arange(schema.n_classes)
+        self.n_features_in_ = schema.n_features
+        self.privacy_event_ = run.event
+        return self
+
+    @classmethod
+    def from_model(cls, model: Mapping[str, np.ndarray], schema: Schema,
+                   params: Mapping[str, Any]) -> "DPDecisionTreeClassifier":
+        """The fitted estimator of a released model (a model file): predicts exactly as :func:`~.model.evaluate`."""
+        feats = params.get("features")
+        est = cls(epsilon=float(params.get("epsilon", 1.0)), delta=float(params.get("delta", 1e-6)),
+                  max_depth=int(params.get("depth", DEFAULT_DEPTH)), bins=int(params.get("bins", DEFAULT_BINS)),
+                  leaf_share=float(params.get("leaf_share", DEFAULT_LEAF_SHARE)),
+                  alpha=float(params.get("alpha", DEFAULT_ALPHA)), schema=schema,
+                  features=None if feats is None else list(feats))
+        est.model_, est.schema_ = {k: np.asarray(v) for k, v in model.items()}, schema
+        est.classes_ = np.arange(schema.n_classes)
+        est.n_features_in_ = schema.n_features
+        return est
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        if not hasattr(self, "model_"):
+            raise RuntimeError("this DPDecisionTreeClassifier is not fitted yet; call fit first")
+        return predict_proba(self.model_, self.schema_.validate(X, clip_numeric=True))
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.argmax(self.predict_proba(X), axis=1)
