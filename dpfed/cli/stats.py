@@ -34,8 +34,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--epsilon", type=float, required=True, help="per-party epsilon of the whole job")
     p.add_argument("--delta", type=float, default=1e-6, help="per-party delta (default 1e-6; 0: pure DP, Laplace)")
     p.add_argument("--noise", choices=("local", "distributed"), default="local",
-                   help="local: every party adds the full noise; distributed: discrete Gaussian shares under "
-                        "secure aggregation (the sum carries the noise of one party holding all the data)")
+                   help="local: every party adds the full noise; distributed: noise shares under secure "
+                        "aggregation, Polya shares summing to a discrete Laplace or discrete Gaussian shares "
+                        "(--mechanism; the sum carries the noise of one party holding all the data)")
     p.add_argument("--mechanism", choices=("auto", "laplace", "gaussian"), default="auto")
     p.add_argument("--confidence", type=float, default=0.95, help="level of the intervals (default 0.95)")
     p.add_argument("--group-by", default=None, metavar="COL", help="categorical column, or 'class' (the label)")
