@@ -9,7 +9,10 @@ from __future__ import annotations
 import argparse
 import math
 
-from dpfed.algorithms import get_algorithm
+import numpy as np
+import pytest
+
+from dpfed.algorithms import DPRandomForestClassifier, get_algorithm
 from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.params import validate
 from dpfed.algorithms.random_forest import job_forest
@@ -52,3 +55,18 @@ def test_cli_keeps_explicit_depth_and_omits_the_default() -> None:
     add_arguments(ap)
     assert "depth" not in params_from_args(ap.parse_args([]))
     assert params_from_args(ap.parse_args(["--rf-depth", "5"]))["depth"] == 5
+
+
+@pytest.mark.filterwarnings("ignore:SecureRNG seeded explicitly")
+def test_estimator_takes_a_public_record_bound_for_the_automatic_depth() -> None:
+    """``DPRandomForestClassifier(records=n)``: the automatic depth of a job with the public bound n (here the
+    signal-to-noise depth of a filled domain, below the default); without it the library default; never the
+    number of rows it is given (20 rows here, a bound of 1000)."""
+    g = np.random.default_rng(0)
+    X, y = np.column_stack([g.integers(0, 3, 20), g.integers(0, 4, 20)]), g.integers(0, 2, 20)
+    kw = {"epsilon": 1.0, "delta": 0.0, "n_estimators": 10, "schema": DENSE, "random_state": 0}
+    est = DPRandomForestClassifier(records=1000, **kw).fit(X, y)
+    assert est.depth_ == _depth(DENSE, epsilon=1.0, records=1000) != DEFAULT_DEPTH
+    assert est.get_params()["records"] == 1000
+    assert DPRandomForestClassifier(**kw).fit(X, y).depth_ == DEFAULT_DEPTH
+    assert DPRandomForestClassifier(records=1000, max_depth=3, **kw).fit(X, y).depth_ == 3

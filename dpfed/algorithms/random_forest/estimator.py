@@ -31,17 +31,20 @@ class DPRandomForestClassifier(EstimatorParams, ClassifierScore):
     all-numeric bounds and the class count from the data and warns (:class:`DataDerivedSchemaWarning`): that
     leaks. ``random_state`` (int) fixes the trees and makes the noise reproducible (simulation only; it warns);
     None draws a fresh public tree seed and uses the secure generator. ``delta`` > 0 allows the Gaussian
-    (sensitivity sqrt(T) instead of T for Laplace); ``delta=0`` is pure epsilon-DP. ``max_depth=None`` is the
-    library default depth (the automatic rule of ``random_forest/depth.py`` needs a public record bound, which
-    the one-array estimator does not take; pass ``max_depth`` for your data).
+    (sensitivity sqrt(T) instead of T for Laplace); ``delta=0`` is pure epsilon-DP. ``records`` is a PUBLIC
+    bound on the number of records (a number you may publish, e.g. a registry's size; never counted from ``X``
+    here, since the true count of private records is not public); with it and ``max_depth=None`` the automatic
+    depth of ``random_forest/depth.py`` applies, as in a federated job. ``max_depth=None`` without ``records``
+    is the library default depth.
     """
 
     def __init__(self, epsilon: float = 1.0, delta: float = 1e-6, n_estimators: int = DEFAULT_TREES,
                  max_depth: int | None = None, schema: Schema | None = None, random_state: int | None = None,
-                 mechanism: str = "auto", alpha: float = DEFAULT_ALPHA, features: Sequence[str] | None = None) -> None:
+                 mechanism: str = "auto", alpha: float = DEFAULT_ALPHA, features: Sequence[str] | None = None,
+                 records: int | None = None) -> None:
         self.epsilon, self.delta, self.n_estimators, self.max_depth = epsilon, delta, n_estimators, max_depth
         self.schema, self.random_state, self.mechanism, self.alpha = schema, random_state, mechanism, alpha
-        self.features = features
+        self.features, self.records = features, records
 
     def _schema_for(self, X: np.ndarray, y: np.ndarray) -> Schema:
         if self.schema is not None:
@@ -69,12 +72,15 @@ class DPRandomForestClassifier(EstimatorParams, ClassifierScore):
             params["depth"] = int(self.max_depth)
         if self.features is not None:
             params["features"] = list(self.features)
+        if self.records is not None:
+            params["records"] = int(self.records)
         algo = ALGORITHMS["random-forest"]
         spec = JobSpec("estimator", "random-forest", validate(algo, params, schema), schema)
         Xv = schema.validate(X, y)
         Xv, yv = party_records(spec, Xv, y)
         run = run_local(algo, spec, Xv, yv, rng)
         self.model_, self.schema_, self.tree_seed_ = run.coordinator.model(), schema, seed
+        self.depth_ = run.coordinator.forest.depth   # the explicit, automatic (``records``) or default depth
         self.classes_ = np.arange(schema.n_classes)
         self.n_features_in_ = schema.n_features
         self.privacy_event_ = run.event
@@ -85,11 +91,12 @@ class DPRandomForestClassifier(EstimatorParams, ClassifierScore):
                    params: Mapping[str, Any]) -> "DPRandomForestClassifier":
         """The fitted estimator of a released model (a model file, :mod:`dpfed.algorithms.model_file`): the
         released trees and noisy leaf counts, predicting exactly as :func:`~.model.evaluate` does."""
-        depth, features = params.get("depth"), params.get("features")
+        depth, features, records = params.get("depth"), params.get("features"), params.get("records")
         est = cls(epsilon=float(params.get("epsilon", 1.0)), delta=float(params.get("delta", 1e-6)),
                   n_estimators=int(params.get("trees", DEFAULT_TREES)), schema=schema,
                   max_depth=None if depth is None else int(depth), mechanism=str(params.get("mechanism", "auto")),
-                  alpha=float(params.get("alpha", DEFAULT_ALPHA)), features=None if features is None else list(features))
+                  alpha=float(params.get("alpha", DEFAULT_ALPHA)), features=None if features is None else list(features),
+                  records=None if records is None else int(records))
         est.model_, est.schema_ = {k: np.asarray(v) for k, v in model.items()}, schema
         est.tree_seed_ = params.get("tree_seed")
         est.classes_ = np.arange(schema.n_classes)
