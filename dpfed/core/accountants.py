@@ -31,6 +31,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpfed.core.composition import flatten, from_counts
+from dpfed.core.ddgauss_gdp import gaussian_dominance
 from dpfed.core.ddgauss_pld import PMF_RELATIVE_ERROR, ddgauss_pld
 from dpfed.core.errors import DpfedError
 from dpfed.core.event_json import event_from_json, event_to_json
@@ -372,12 +373,15 @@ class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
     Poisson-subsampled, add/remove).
 
     The distributed discrete Gaussian goes through its exact PLD, built from the probability mass functions
-    of the summed shares (:mod:`dpfed.core.ddgauss_pld`), where the worst-case pair is known exactly; the
-    other ones (shifts of several coordinates by more than one, "party" rounding) by their RDP curve (KLS21,
-    :func:`dpfed.core.events.event_rdp`) in a side RDP accountant. Answers then combine the two parts by basic
-    composition, (eps1, delta1) and (eps2, delta2) giving (eps1 + eps2, delta1 + delta2), at the best of a
-    few splits, and never exceed the all-RDP answer when RDP covers every composed release (both are upper
-    bounds; the smaller is reported), so a plan calibrated by RDP is charged no more than its target."""
+    of the summed shares (:mod:`dpfed.core.ddgauss_pld`), where the worst-case pair is known exactly; shifts of
+    several coordinates through the PLD of the Gaussian mechanism that dominates them up to a pointwise factor
+    (:mod:`dpfed.core.ddgauss_gdp`); both kinds of factor, e^(+-a) on the two output laws, are paid as
+    delta(eps) <= e^a delta_pld(eps - 2a). What neither covers ("party" rounding, a summed variance too small
+    for the kernel) by its RDP curve (KLS21, :func:`dpfed.core.events.event_rdp`) in a side RDP accountant.
+    Answers then combine the two parts by basic composition, (eps1, delta1) and (eps2, delta2) giving
+    (eps1 + eps2, delta1 + delta2), at the best of a few splits, and never exceed the all-RDP answer when RDP
+    covers every composed release (both are upper bounds; the smaller is reported), so a plan calibrated by RDP
+    is charged no more than its target."""
 
     _pld: Any  # set by PLDAccountant.__init__ (dp-accounting ships no type information)
 
@@ -387,7 +391,9 @@ class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
         self._rdp_part = _RDPAccountant(neighboring_relation=rel)  # DDGauss releases without an exact PLD
         self._rdp_part_used = False
         self._rdp_all: _RDPAccountant | None = _RDPAccountant(neighboring_relation=rel)  # every release, if it can
-        self._pmf_pairs = 0  # computed pmf pairs composed (each within ddgauss_pld.PMF_RELATIVE_ERROR)
+        self._log_up = 0.0  # true law <= e^up * the one the PLD describes, pointwise (upper sides)
+        self._log_down = 0.0  # true law >= e^-down * the PLD's, pointwise (lower sides)
+        self._pld_bounded = False  # some release went through ddgauss_pld or ddgauss_gdp
 
     def compose(self, event: Any, count: int = 1) -> Any:
         super().compose(event, count)
@@ -407,37 +413,46 @@ class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
         if not do_compose or count <= 0 or q == 0:
             return None
         built = ddgauss_pld(inner, q, self._value_discretization_interval)
-        if built is None:
+        dominated = gaussian_dominance(inner) if built is None else None
+        if built is not None:
+            pld, pairs = built
+            self._log_up += pairs * count * math.log1p(PMF_RELATIVE_ERROR)
+            self._log_down -= pairs * count * math.log1p(-PMF_RELATIVE_ERROR)
+        elif dominated is not None:
+            from dp_accounting.pld import privacy_loss_distribution
+            pld = privacy_loss_distribution.from_gaussian_mechanism(
+                dominated.noise_multiplier, sampling_prob=q, pessimistic_estimate=True,
+                value_discretization_interval=self._value_discretization_interval)
+            self._log_up += count * dominated.log_ratio
+            self._log_down += count * dominated.log_ratio
+        else:
             self._rdp_part.compose(event, count)
             self._rdp_part_used = True
-        else:
-            pld, pairs = built
-            self._pld = self._pld.compose(pld.self_compose(count) if count > 1 else pld)
-            self._pmf_pairs += pairs * count
+            return None
+        self._pld = self._pld.compose(pld.self_compose(count) if count > 1 else pld)
+        self._pld_bounded = True
         return None
 
     def _pld_epsilon(self, target_delta: float) -> float:
-        k = self._pmf_pairs  # ddgauss_pld docstring: delta <= (1+eta)^k delta_pld(eps - k log((1+eta)/(1-eta)))
-        if k == 0:
+        # true <= e^up PLD's and >= e^-down PLD's pointwise: delta(eps) <= e^up delta_pld(eps - up - down)
+        if not self._pld_bounded:
             return float(super().get_epsilon(target_delta))
-        grow = k * math.log1p(PMF_RELATIVE_ERROR)
-        shift = k * (math.log1p(PMF_RELATIVE_ERROR) - math.log1p(-PMF_RELATIVE_ERROR))
-        return float(super().get_epsilon(target_delta * math.exp(-grow))) + shift
+        shift = self._log_up + self._log_down
+        return float(super().get_epsilon(target_delta * math.exp(-self._log_up))) + shift
 
     def _pld_delta(self, target_epsilon: float) -> float:
-        k = self._pmf_pairs
-        if k == 0:
+        if not self._pld_bounded:
             return float(super().get_delta(target_epsilon))
-        shift = k * (math.log1p(PMF_RELATIVE_ERROR) - math.log1p(-PMF_RELATIVE_ERROR))
+        shift = self._log_up + self._log_down
         if target_epsilon < shift:
             return 1.0
-        return min(1.0, float(super().get_delta(target_epsilon - shift)) * math.exp(k * math.log1p(PMF_RELATIVE_ERROR)))
+        return min(1.0, float(super().get_delta(target_epsilon - shift)) * math.exp(self._log_up))
 
     def get_epsilon(self, target_delta: float) -> float:
         best = self._pld_epsilon(target_delta) if not self._rdp_part_used else min(
             (self._pld_epsilon(target_delta * (1.0 - f)) + float(self._rdp_part.get_epsilon(target_delta * f))
              for f in _SPLITS), default=math.inf)
-        if self._rdp_all is not None and (self._rdp_part_used or self._pmf_pairs):
+        if self._rdp_all is not None and (self._rdp_part_used or self._pld_bounded):
             best = min(best, float(self._rdp_all.get_epsilon(target_delta)))
         return best
 
@@ -445,7 +460,7 @@ class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
         best = self._pld_delta(target_epsilon) if not self._rdp_part_used else min(
             (self._pld_delta(target_epsilon * (1.0 - f)) + float(self._rdp_part.get_delta(target_epsilon * f))
              for f in _SPLITS), default=1.0)
-        if self._rdp_all is not None and (self._rdp_part_used or self._pmf_pairs):
+        if self._rdp_all is not None and (self._rdp_part_used or self._pld_bounded):
             best = min(best, float(self._rdp_all.get_delta(target_epsilon)))
         return min(best, 1.0)
 

@@ -22,9 +22,10 @@ When the pmf pair is exact for the event (:func:`exact_shift`), every case prove
   unit pairs, dominated by exactly m of them (the product with fewer is a post-processing, dropping
   coordinates), i.e. the m-fold composition of the 1-D unit pair.
 Otherwise (larger shifts in several dimensions, "party" rounding, whose shift is a real vector rounded
-at random) no exact pmf pair is known: the ledger accounts the event by its RDP curve (KLS21 Prop. 14,
-:func:`dpfed.core.events.event_rdp`) and combines it with the PLD of the rest
-(:class:`dpfed.core.accountants` docstring), a provable upper bound as well.
+at random) no exact pmf pair is known: the ledger accounts a "record" event by the PLD of the Gaussian
+mechanism that dominates it up to a pointwise factor (:mod:`dpfed.core.ddgauss_gdp`), and the rest by its RDP
+curve (KLS21 Prop. 14, :func:`dpfed.core.events.event_rdp`) combined with the PLD of the others
+(:class:`dpfed.core.accountants` docstring), provable upper bounds as well.
 
 Truncation: the pmfs are kept on [-W, W] with W - a = ceil(sqrt(2 n sigma^2 * 80)); the discrete
 Gaussian is sigma^2-sub-Gaussian (Canonne, Kamath & Steinke 2020, Cor. 9), so the sum is n sigma^2-
