@@ -14,7 +14,7 @@ from dp_accounting.dp_event import DiscreteLaplaceDpEvent
 from dp_accounting.pld import pld_privacy_accountant
 
 from dpfed.algorithms import statistics
-from dpfed.algorithms.contract import JobSpec, Task
+from dpfed.algorithms.contract import Aggregate, JobSpec, Task
 from dpfed.algorithms.driver import run_local
 from dpfed.algorithms.params import validate
 from dpfed.algorithms.registry import get_algorithm
@@ -291,6 +291,36 @@ def test_interval_coverage_fast():
     runs = 150
     for s in range(runs):
         coord = run_local(algo, spec, X, y, SecureRNG.from_seed(f"cov{s}")).coordinator
+        for i, (ans, t) in enumerate(zip(coord.answers, truth, strict=True)):
+            hits[i] += np.mean((ans.lower <= t + 1e-9) & (t - 1e-9 <= ans.upper))
+    cover = hits / runs
+    assert np.all(cover >= 0.95 - 3.5 * math.sqrt(0.95 * 0.05 / runs)), cover
+
+
+def test_distributed_laplace_interval_coverage():
+    """The intervals of a distributed Laplace job: the coordinator's post-processing of the survivors' sum, here
+    the exact sum of 4 parties' statistics plus 4 Polya shares planned for m = P_min - c = 3 (NB(4/3) differences:
+    more noise than one Laplace, lighter-tailed), with the coordinator's own variance for 4 shares; 150 runs, each
+    family at >= 95 % minus 3.5 binomial standard errors (false alarm < 3e-4 per family, as above)."""
+    from dpfed.algorithms.statistics.coordinator import StatisticsCoordinator
+    from dpfed.core.polya import sample_polya_share
+
+    X, y = _data(800, seed=3)
+    spec = _spec(0.5, 1e-6, "laplace", queries=["mean:u", "var:v", "histogram:a"], by="b", noise="distributed",
+                 secure_aggregation=True, roster=["p0", "p1", "p2", "p3"], records=1000, min_survivors=4,
+                 colluders=1)
+    half = get_algorithm("statistics").party_for(spec.params)
+    sec, plan = half.plan(spec, TASK), statistics.plan_release(spec)
+    assert plan.mechanism == "ddlaplace" and sec.laplace.shares == 3
+    exact = statistics.party_statistics(X, y, statistics.job_layout(spec), plan.weights, SCHEMA)
+    u, v, a, b = X[:, 1], X[:, 2], X[:, 0].astype(int), X[:, 3].astype(int)
+    truth = [np.array([u[b == g].mean() for g in (0, 1)]), np.array([v[b == g].var() for g in (0, 1)]),
+             np.array([np.bincount(a[b == g], minlength=3) for g in (0, 1)])]
+    hits, runs, rng = np.zeros(3), 150, SecureRNG.from_seed("dcov")
+    for _ in range(runs):
+        total = exact + sum(sample_polya_share(sec.laplace.scale, 3, exact.size, rng) for _ in range(4))
+        coord = StatisticsCoordinator(spec, ["p0", "p1", "p2", "p3"])
+        coord.absorb(TASK, Aggregate({"stats": total}, ("p0", "p1", "p2", "p3")))
         for i, (ans, t) in enumerate(zip(coord.answers, truth, strict=True)):
             hits[i] += np.mean((ans.lower <= t + 1e-9) & (t - 1e-9 <= ans.upper))
     cover = hits / runs
