@@ -10,8 +10,19 @@ every method, per group (groups are disjoint: parallel composition for both):
 * diffprivlib: ``tools.mean/var/histogram/median/quantile`` on each group's values with the same bounds;
 * dpfed one party: the ``statistics`` job's two halves on all records (``run_local``, mechanism auto);
 * dpfed one party, Gaussian: the same with mechanism gaussian (the central counterpart of distributed noise);
-* dpfed 5 parties, distributed: iid split, ``run_inprocess`` with discrete Gaussian shares under secure
-  aggregation (the real party sessions, ledgers and SecAgg).
+* dpfed 5 parties, distributed: iid split, ``run_inprocess`` under secure aggregation (the real party sessions,
+  ledgers and SecAgg) with mechanism auto: for these one-statistic jobs Polya shares summing to a discrete
+  Laplace (``ddlaplace``, planned for all 5 shares), the Gaussian shares having the larger variance.
+
+Expected absolute error (``E ...`` columns; mean and histogram rows): what each method's noise law implies,
+computed from its plan (dpfed: ``plan_release``'s per-entry variance; diffprivlib: its mechanisms' scales) and the
+true group sizes, means and cell counts, independently of the draws: a mean's error is linearised,
+(r / n) ((1 - mu) e_u - mu e_0) for dpfed's two Bernstein entries (n private), Laplace entries of scale s giving
+E|a L1 - b L2| = (a^2 + ab + b^2) / (a + b) (a, b = r (1 - mu) s / n, r mu s / n), Gaussian ones
+sd sqrt(2 / pi); diffprivlib's mean adds Laplace((upper - lower) / (n epsilon)) with n public (replace-one
+neighbours: half dpfed's add/remove sensitivity), E = its scale. A histogram cell of count c with noise X,
+clipped at 0 by both: E|max(c + X, 0) - c| = s (1 - e^(-c/s) / 2) for Laplace(s), the Gaussian analogue, and
+diffprivlib's geometric (q = e^-epsilon) summed exactly.
 
 Errors: mean absolute error over groups (and bins) and seeds; variance relative (|est - true| / true).
 True values: NumPy on the records (quantiles NumPy's default). Coverage: over ``--coverage-seeds`` runs of
@@ -39,7 +50,7 @@ from dpfed.algorithms.params import validate  # noqa: E402
 from dpfed.algorithms.registry import get_algorithm  # noqa: E402
 from dpfed.core.rng import SecureRNG  # noqa: E402
 from dpfed.data.datasets import load_dataset, split_parties  # noqa: E402
-from dpfed.simulation.inprocess import run_inprocess  # noqa: E402
+from dpfed.simulation.inprocess import run_inprocess, secure_spec  # noqa: E402
 
 COLUMNS = ("age", "hours-per-week", "education-num")
 GROUPINGS = (None, "sex", "class")
@@ -109,6 +120,60 @@ def dpfed_answers(ds, queries, by, eps, seed, mode, parts=None):
     return [a.to_dict() for a in coord.answers]
 
 
+def _plan_noise(ds, stat, col, by, eps, mode):
+    """(kind, per-entry variance in records^2) of a dpfed mode's plan for the one-statistic job."""
+    from dpfed.algorithms import statistics
+
+    spec = _spec(ds, [_query(stat, col)], by, eps, "gaussian" if mode == "1 party gaussian" else "auto",
+                 distributed=mode == "5 parties distributed")
+    shares = 1
+    if mode == "5 parties distributed":
+        spec, shares = secure_spec(spec, [f"p{i}" for i in range(5)], len(ds.X)), 5
+    plan = statistics.plan_release(spec)
+    return ("laplace" if plan.mechanism in ("laplace", "ddlaplace") else "gauss"), plan.entry_variance(0, shares)
+
+
+def _e_clipped(c, kind, s):
+    """E|max(c + X, 0) - c| for Laplace(s) (kind laplace) or N(0, s^2) X, c >= 0 arrays."""
+    from statistics import NormalDist
+
+    c = np.asarray(c, float)
+    if kind == "laplace":
+        return s * (1 - np.exp(-c / s) / 2)
+    phi = np.array([NormalDist().cdf(-x / s) for x in c.ravel()]).reshape(c.shape)
+    return s * math.sqrt(2 / math.pi) - s / math.sqrt(2 * math.pi) * np.exp(-c * c / (2 * s * s)) + c * phi
+
+
+def expected_error(ds, stat, col, by, eps, mode):
+    """The expected absolute error the method's noise implies (module docstring); NaN for var and quantiles."""
+    if stat not in ("mean", "histogram"):
+        return float("nan")
+    j = ds.schema.names.index(col)
+    lo, hi = ds.schema.features[j].lower, ds.schema.features[j].upper
+    r, out = hi - lo, []
+    kind, v = ("", 0.0) if mode == "diffprivlib" else _plan_noise(ds, stat, col, by, eps, mode)
+    s = math.sqrt(v / 2) if kind == "laplace" else math.sqrt(v)
+    for m in _groups(ds, by):
+        x = np.clip(ds.X[m, j], lo, hi)
+        n = len(x)
+        if stat == "mean" and mode == "diffprivlib":
+            out.append(r / (n * eps))
+        elif stat == "mean":
+            mu = (x.mean() - lo) / r
+            a, b = r * (1 - mu) * s / n, r * mu * s / n
+            out.append((a * a + a * b + b * b) / (a + b) if kind == "laplace"
+                       else math.sqrt(a * a + b * b) * math.sqrt(2 / math.pi))
+        elif mode == "diffprivlib":  # geometric noise q^|k| (1 - q) / (1 + q), truncated at 0
+            c = np.histogram(x, BINS, (lo, hi))[0].astype(float)
+            q, k = math.exp(-eps), np.arange(-int(60 / eps) - 1, int(60 / eps) + 2)
+            pk = (1 - q) / (1 + q) * q ** np.abs(k)
+            out.extend(float(np.sum(pk * np.abs(np.maximum(ci + k, 0) - ci))) for ci in c)
+        else:
+            c = np.histogram(x, BINS, (lo, hi))[0].astype(float)
+            out.extend(_e_clipped(c, kind, s).tolist())
+    return float(np.mean(out))
+
+
 def _values(ans, by):
     return [ans["value"]] if by is None else ans["value"]
 
@@ -138,11 +203,19 @@ def error_rows(ds, seeds, stats=STATS):
                             for g, m in enumerate(masks):
                                 errs[mode].append(_err(_values(ans, by)[g], _truth(ds.X[m, j], stat, lo, hi), stat))
                     rows.append({"column": col, "by": by or "-", "stat": stat, "eps": eps,
-                                 **{k: float(np.mean(v)) for k, v in errs.items()}})  # NaN: diffprivlib failed
-                    r = rows[-1]
-                    print(f"| {col} | {r['by']} | {stat} | {eps:g} | {r['diffprivlib']:.4g} | {r['1 party']:.4g} | "
-                          f"{r['1 party gaussian']:.4g} | {r['5 parties distributed']:.4g} |", flush=True)
+                                 **{k: float(np.mean(v)) for k, v in errs.items()},  # NaN: diffprivlib failed
+                                 **{f"E {k}": expected_error(ds, stat, col, by, eps, k) for k in errs}})
+                    print(_row(rows[-1]), flush=True)
     return rows
+
+
+METHODS = ("diffprivlib", "1 party", "1 party gaussian", "5 parties distributed")
+
+
+def _row(r) -> str:
+    expected = " | ".join("-" if math.isnan(r[f"E {m}"]) else f"{r[f'E {m}']:.4g}" for m in METHODS)
+    return (f"| {r['column']} | {r['by']} | {r['stat']} | {r['eps']:g} | "
+            + " | ".join(f"{r[m]:.4g}" for m in METHODS) + f" | {expected} |")
 
 
 def coverage(ds, runs):
@@ -163,6 +236,12 @@ def coverage(ds, runs):
                         inside = (np.asarray(a.lower) <= t + 1e-9) & (t - 1e-9 <= np.asarray(a.upper))
                         hits.setdefault((eps, s), []).extend(inside.ravel().astype(float).tolist())
     return {k: (float(np.mean(v)), len(v)) for k, v in hits.items()}
+
+
+def _gm_or_dash(sel, a, b) -> str:
+    """Geometric mean of r[a] / r[b] over the rows, or '-' where not computed."""
+    x = [math.log(r[a] / r[b]) for r in sel if r[a] > 0 and r[b] > 0]
+    return f"{math.exp(np.mean(x)):.3f}" if x else "-"
 
 
 def plot(rows, path, stats=STATS):
@@ -199,11 +278,13 @@ def main() -> None:
     t0 = time.perf_counter()
     ds = load_dataset("adult")
     head = ("| column | grouping | statistic | epsilon | diffprivlib | dpfed 1 party | dpfed 1 party Gaussian | "
-            "dpfed 5 parties distributed |\n|---|---|---|---|---|---|---|---|")
+            "dpfed 5 parties distributed | E diffprivlib | E 1 party | E 1 party Gaussian | E 5 distributed |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|")
     print(head)
     rows = error_rows(ds, args.seeds, stats)
     summary = ["| statistic | epsilon | dpfed 1 party / diffprivlib | 5 distributed / 1 party | "
-               "5 distributed / 1 party Gaussian |", "|---|---|---|---|---|"]
+               "5 distributed / 1 party Gaussian | expected: 1 party / diffprivlib | expected: 5 distributed / "
+               "1 party |", "|---|---|---|---|---|---|---|"]
     for stat in stats:
         for eps in EPSILONS:
             sel = [r for r in rows if r["stat"] == stat and r["eps"] == eps]
@@ -215,18 +296,18 @@ def main() -> None:
                            f"({sum(r['1 party'] <= r['diffprivlib'] for r in sel)}/{len(sel) - failed} rows no worse"
                            + (f"; diffprivlib failed on {failed}" if failed else "") + ") | "
                            f"{gm('5 parties distributed', '1 party'):.3f} | "
-                           f"{gm('5 parties distributed', '1 party gaussian'):.3f} |")
+                           f"{gm('5 parties distributed', '1 party gaussian'):.3f} | "
+                           f"{_gm_or_dash(sel, 'E 1 party', 'E diffprivlib')} | "
+                           f"{_gm_or_dash(sel, 'E 5 parties distributed', 'E 1 party')} |")
     print("\n".join(summary))
-    cov = coverage(ds, args.coverage_seeds)
+    cov = coverage(ds, args.coverage_seeds) if args.coverage_seeds > 0 else {}
     ctab = ["| epsilon | statistic | intervals | coverage (nominal 0.95) | binomial s.e. |", "|---|---|---|---|---|"]
     for (eps, stat), (c, n) in sorted(cov.items()):
         ctab.append(f"| {eps:g} | {stat} | {n} | {c:.4f} | {math.sqrt(0.95 * 0.05 / n):.4f} |")
     print("\n".join(ctab))
     png = f"{args.out}_error_vs_epsilon.png"
     plot(rows, RESULTS / png, stats)
-    body = "\n".join(f"| {r['column']} | {r['by']} | {r['stat']} | {r['eps']:g} | {r['diffprivlib']:.4g} | "
-                     f"{r['1 party']:.4g} | {r['1 party gaussian']:.4g} | {r['5 parties distributed']:.4g} |"
-                     for r in rows)
+    body = "\n".join(_row(r) for r in rows)
     flags = "" if stats == STATS else f" --stats {','.join(stats)} --out {args.out}"
     (RESULTS / f"{args.out}.md").write_text(
         f"# Federated statistics against diffprivlib 0.6.6 (bench/bench_stats.py)\n\n"
