@@ -31,7 +31,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpfed.core.composition import flatten, from_counts
-from dpfed.core.ddgauss_gdp import gaussian_dominance
+from dpfed.core.ddgauss_gdp import dominating_pld, gaussian_dominance
 from dpfed.core.ddgauss_pld import PMF_RELATIVE_ERROR, ddgauss_pld
 from dpfed.core.errors import DpfedError
 from dpfed.core.event_json import event_from_json, event_to_json
@@ -419,10 +419,7 @@ class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
             self._log_up += pairs * count * math.log1p(PMF_RELATIVE_ERROR)
             self._log_down -= pairs * count * math.log1p(-PMF_RELATIVE_ERROR)
         elif dominated is not None:
-            from dp_accounting.pld import privacy_loss_distribution
-            pld = privacy_loss_distribution.from_gaussian_mechanism(
-                dominated.noise_multiplier, sampling_prob=q, pessimistic_estimate=True,
-                value_discretization_interval=self._value_discretization_interval)
+            pld = dominating_pld(dominated.noise_multiplier, q, self._value_discretization_interval)
             self._log_up += count * dominated.log_ratio
             self._log_down += count * dominated.log_ratio
         else:

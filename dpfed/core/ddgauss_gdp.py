@@ -46,13 +46,16 @@ are bounded through log1p / expm1, and a bound that underflows is raised to :dat
 """
 from __future__ import annotations
 
+import functools
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from dp_accounting.pld import privacy_loss_distribution
 
 from dpfed.core.events import DistributedDiscreteGaussianDpEvent, event_invalid
 
-__all__ = ["GaussianDominance", "gaussian_dominance", "sum_log_ratio", "kernel_log_ratio", "KERNEL_VARIANCES",
-           "LOG_RATIO_TARGET", "LOG_RATIO_FLOOR"]
+__all__ = ["GaussianDominance", "gaussian_dominance", "dominating_pld", "sum_log_ratio", "kernel_log_ratio",
+           "KERNEL_VARIANCES", "LOG_RATIO_TARGET", "LOG_RATIO_FLOOR"]
 
 #: Candidate variances v of the discrete kernel N_Z(G, v) (step 2 of the module docstring), smallest first.
 KERNEL_VARIANCES = (1.5, 2.0, 2.5, 3.0, 4.0)
@@ -112,3 +115,14 @@ def gaussian_dominance(event: DistributedDiscreteGaussianDpEvent) -> GaussianDom
         return None
     v = next((v for v in fits if d * kernel_log_ratio(v) <= LOG_RATIO_TARGET), fits[-1])
     return GaussianDominance(math.sqrt(total - v) / shift, d * (tau1 + kernel_log_ratio(v)), v)
+
+
+@functools.lru_cache(maxsize=16)
+def dominating_pld(noise_multiplier: float, sampling_rate: float, grid: float) -> Any:
+    """dp-accounting's PLD (pessimistic, on ``grid``, add/remove: both directions) of the Gaussian mechanism of
+    sensitivity 1 and this ``noise_multiplier``, Poisson-subsampled at ``sampling_rate``: step 3 of the module
+    docstring. Cached: building it takes a few tenths of a second (one Python call per grid point) and a ledger
+    recomputes its total from every recorded release at each charge. PLDs are immutable (compose makes new ones)."""
+    return privacy_loss_distribution.from_gaussian_mechanism(
+        noise_multiplier, sampling_prob=sampling_rate, pessimistic_estimate=True,
+        value_discretization_interval=grid)
