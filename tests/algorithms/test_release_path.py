@@ -187,6 +187,18 @@ def _lr_expected(spec: JobSpec) -> dpa.DpEvent:
     return dpa.GaussianDpEvent(_gauss_z(spec.epsilon, spec.delta))
 
 
+def _dt_spec(adult) -> JobSpec:
+    return JobSpec("dt", "decision-tree", {"epsilon": 1.0, "delta": 1e-6, "depth": 3, "bins": 8,
+                                           "leaf_share": 0.25}, adult.schema)
+
+
+def _dt_expected(spec: JobSpec) -> dpa.DpEvent:
+    """Three levels and the leaves, Gaussians whose rho shares are 0.25 each: multipliers z / sqrt(0.25) with z
+    the single Gaussian's (a composition of Gaussians is the Gaussian of the summed 1 / z^2)."""
+    z = _gauss_z(spec.epsilon, spec.delta)
+    return dpa.ComposedDpEvent([dpa.GaussianDpEvent(z / math.sqrt(0.25))] * 4)
+
+
 def _cases(adult):
     """(name, spec, data X, y, parties, expected-event builder, relative tolerance of (b))."""
     rng = np.random.default_rng(0)
@@ -204,11 +216,12 @@ def _cases(adult):
     yr = Xb @ np.array([1.0, 2.0, 3.0])
     for method in ("adassp", "functional"):
         out.append((f"lr-{method}", _lr_spec(method), Xb, yr, 2, _lr_expected, 2e-5))
+    out.append(("dt", _dt_spec(adult), Xa, ya, 2, _dt_expected, 1e-3))
     return out
 
 
 CASE_NAMES = (["nb-gaussian", "nb-laplace"] + [f"{a}-{i}-{n}" for a, i, n in LVQ_CASES]
-              + [f"kmeans-{m}-{a}" for m, a, _ in KM_CASES] + ["lr-adassp", "lr-functional"])
+              + [f"kmeans-{m}-{a}" for m, a, _ in KM_CASES] + ["lr-adassp", "lr-functional", "dt"])
 
 
 @pytest.fixture(scope="module")
@@ -265,6 +278,11 @@ def test_plan_is_the_rounds_and_equals_an_independent_event(cases, name):
     if spec.algorithm in ("glvq", "gmlvq"):
         rounds = [coord.next_task()] + [type(coord.next_task())(spec.job_id, t, "step") for t in
                                         range(1, lvq.privacy_plan(spec.params).steps + 1)]
+    elif spec.algorithm == "decision-tree":  # the levels, then the leaves: the kinds the schedule fixes
+        first = coord.next_task()
+        depth = spec.params["depth"]
+        rounds = [first] + [type(first)(spec.job_id, r, "dt-leaves" if r == depth else "dt-level", arrays=first.arrays)
+                            for r in range(1, depth + 1)]
     else:
         rounds = [coord.next_task()]
     composed = accounting.compose([half.task_event(spec, t) for t in rounds])
@@ -314,7 +332,8 @@ PLANTED = {
 @pytest.mark.parametrize("bug", sorted(PLANTED))
 @pytest.mark.parametrize("name", ["nb-gaussian", "nb-laplace", "glvq-gaussian-local", "glvq-laplace-local",
                                   "gmlvq-gaussian-distributed", "kmeans-sample-aggregate-mean",
-                                  "kmeans-sample-aggregate-coa", "kmeans-lloyd-mean", "lr-adassp", "lr-functional"])
+                                  "kmeans-sample-aggregate-coa", "kmeans-lloyd-mean", "lr-adassp", "lr-functional",
+                                  "dt"])
 def test_planted_bug_is_refused(cases, name, bug, tmp_path):
     _, spec, X, y, parties, _, _ = cases[name]
     last = 0 if spec.algorithm not in ("glvq", "gmlvq") else 1  # LVQ: plant it in a DP-SGD step
