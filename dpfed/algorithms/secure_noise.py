@@ -25,6 +25,9 @@ rounding), so adding or removing a record moves the integer sum by at most Delta
 ``party``: one record moves the party's real sum by at most clip / gamma before its one rounding; the
 coupling bound of :func:`dpfed.core.events.party_rounding_rdp` accounts the rounding.
 Accounting is RDP (the DDGauss bound has no PLD), so the party's ledger must be an RDP ledger.
+
+A pure-DP integer release may use the distributed discrete Laplace instead (:func:`integer_laplace_release`,
+:mod:`dpfed.core.distributed_laplace`): one Polya share per party, P_min - c of which sum to a discrete Laplace.
 """
 from __future__ import annotations
 
@@ -34,17 +37,19 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from dp_accounting import DpEvent
+from dp_accounting import DpEvent, dp_event
 
 from dpfed.algorithms.params import Param
 from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.core import accounting
 from dpfed.core import distributed_noise as dn
+from dpfed.core.distributed_laplace import PolyaNoisePlan, polya_bits, polya_scale
 from dpfed.core.events import DistributedDiscreteGaussianDpEvent
 from dpfed.core.memo import shared_cache
 
 __all__ = ["SecureParams", "SecurePlan", "secure_params", "is_secure", "rotation_seed",
            "calibrate_release", "batch_bound", "integer_bits", "integer_noise_plan", "integer_release_event",
+           "integer_laplace_release", "rdp_pure_epsilon",
            "SECURE_PARAMS",
            "SECURE_ROUNDING_PARAM",
            "SECURE_ROUNDINGS", "AUTO_PARTY_DIMENSION", "resolve_rounding", "WRAP_PROBABILITY"]
@@ -266,3 +271,41 @@ def integer_release_event(epsilon: float, delta: float, *, honest: int, l2: floa
         sigma *= 1.0 + 1e-6
         event = DistributedDiscreteGaussianDpEvent(float(sigma), int(honest), l2, l1, dimension)
     return float(sigma), event
+
+
+def rdp_pure_epsilon(eps: float, delta: float) -> float:
+    """The largest pure epsilon e <= ``eps`` (to 1e-9 relative) whose randomized-response pair
+    ``DiscreteLaplaceDpEvent(e, 1)`` meets (eps, delta) by the RDP conversion of a secure party's ledger (RDP
+    converts a pure e to e + ~log(1/delta)/alpha: 0.35 % above e at epsilon 1, delta 1e-5, 3.5 % at 0.1).
+    ``delta`` 0: ``eps`` (a pure-DP question)."""
+    if delta <= 0:
+        return float(eps)
+
+    def ok(e: float) -> bool:
+        return accounting.epsilon(dp_event.DiscreteLaplaceDpEvent(e, 1), delta, accountant="rdp") <= eps
+
+    lo, hi = 0.0, float(eps)
+    if ok(hi):
+        return hi
+    while hi - lo > 1e-9 * eps:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def integer_laplace_release(epsilon: float, delta: float, *, honest: int, parties: int, floor_bits: int,
+                            vectors: int, l1: int, l2: float, dimension: int, entry_max: float
+                            ) -> tuple[PolyaNoisePlan, dn.DistributedNoisePlan, DpEvent]:
+    """The distributed discrete Laplace of one integer release with exact sensitivities ``l1`` (integer) and
+    ``l2`` (:mod:`dpfed.core.distributed_laplace`): ``honest`` = P_min - c Polya shares summing to the discrete
+    Laplace of scale (l1 + 1) / e, e = :func:`rdp_pure_epsilon` (epsilon, delta); the noise plan with the fewest
+    bits >= ``floor_bits`` holding ``entry_max`` plus the tail of all ``parties`` shares (its ``sigma_share`` is
+    one share's standard deviation, informational); the charged event ``DiscreteLaplaceDpEvent(e, 1)``. A
+    :class:`SecurePlan` takes the first two (``laplace=``, ``noise=``, ``integer=True``, ``l1=l1``)."""
+    e = rdp_pure_epsilon(epsilon, delta)
+    polya = PolyaNoisePlan(polya_scale(int(l1), e), int(honest))
+    bits = polya_bits(floor_bits, entry_max, polya, int(parties), int(dimension), WRAP_PROBABILITY)
+    noise = dn.DistributedNoisePlan(dimension=int(dimension), clip=float(l2), gamma=1.0, bits=bits,
+                                    sigma_share=max(0.5, math.sqrt(polya.share_variance())),
+                                    honest_parties=int(honest), parties=int(parties), vectors=int(vectors))
+    return polya, noise, dp_event.DiscreteLaplaceDpEvent(e, 1)

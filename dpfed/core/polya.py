@@ -32,7 +32,7 @@ import numpy as np
 
 from dpfed.core.bernoulli import collect_samples, size_tuple
 from dpfed.core.rng import SecureRNG
-from dpfed.core.samplers import laplace_fraction
+from dpfed.core.samplers import laplace_fraction, sample_discrete_laplace
 
 __all__ = ["sample_negative_binomial", "sample_polya_share", "polya_share_variance", "geometric_tail_bound",
            "MAX_POLYA_SCALE", "MAX_POLYA_SHARES"]
@@ -195,7 +195,11 @@ def _negative_binomial(n: int, scale: Fraction, shares: int, rng: SecureRNG, exa
     total = int(counts.sum())
     out = np.zeros(n, dtype=np.int64)
     if total:
-        np.add.at(out, np.repeat(np.arange(n), counts), _logarithmic(total, scale, rng, exact_only))
+        owner, logs = np.repeat(np.arange(n), counts), _logarithmic(total, scale, rng, exact_only)
+        if int(logs.max()) * int(counts.max()) < 2**52:  # float64 sums of these integers are exact
+            out = np.rint(np.bincount(owner, weights=logs.astype(np.float64), minlength=n)).astype(np.int64)
+        else:
+            np.add.at(out, owner, logs)
     return out
 
 
@@ -215,6 +219,8 @@ def sample_polya_share(scale: float | Fraction, shares: int, size: int | tuple[i
     discrete Laplace P(x) ∝ exp(-|x| / scale) (``scale`` rounded up as :func:`laplace_fraction`)."""
     f, m = _params(scale, shares)
     shape = size_tuple(size)
+    if m == 1 and not _exact_only:  # NB(1, p) - NB(1, p) is the discrete Laplace itself (CKS20's sampler)
+        return sample_discrete_laplace(f, shape, rng)
     n = int(np.prod(shape))
     both = _negative_binomial(2 * n, f, m, rng, _exact_only) if n else np.zeros(0, np.int64)
     return (both[:n] - both[n:]).reshape(shape)

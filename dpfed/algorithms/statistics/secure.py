@@ -27,7 +27,7 @@ import math
 from typing import Callable, Iterator
 
 import numpy as np
-from dp_accounting import DpEvent, dp_event
+from dp_accounting import DpEvent
 
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import JobSpec, Task, TaskRejected
@@ -37,11 +37,10 @@ from dpfed.algorithms.statistics.plan import (GRID, MAX_SIGMA_UNITS, MIN_GRID, T
                                               sensitivities)
 from dpfed.core import accounting
 from dpfed.core import distributed_noise as dn
-from dpfed.core.distributed_laplace import PolyaNoisePlan, polya_bits, polya_scale
 from dpfed.core.events import DistributedDiscreteGaussianDpEvent
 from dpfed.core.memo import shared_cache
 
-__all__ = ["secure_release", "integer_plan", "gaussian_plan", "laplace_plan", "rdp_pure_epsilon", "smallest_sigma",
+__all__ = ["secure_release", "integer_plan", "gaussian_plan", "laplace_plan", "smallest_sigma",
            "secure_plan", "secure_rows"]
 
 
@@ -73,40 +72,16 @@ def integer_plan(levels: tuple[int, ...], dim: int, eps: float, delta: float, ho
     return lap if lap[0].entry_variance(0) <= gauss[0].entry_variance(0) else gauss
 
 
-def rdp_pure_epsilon(eps: float, delta: float) -> float:
-    """The largest pure epsilon e <= ``eps`` (to 1e-9 relative) whose randomized-response pair
-    ``DiscreteLaplaceDpEvent(e, 1)`` meets (eps, delta) by the RDP conversion of the secure party's ledger
-    (RDP, as distributed noise needs: it converts a pure e to e + ~log(1/delta)/alpha, 0.35 % above e at
-    epsilon 1, delta 1e-5, 3.5 % at 0.1). ``delta`` 0: ``eps`` (a pure-DP ledger question)."""
-    if delta <= 0:
-        return float(eps)
-
-    def ok(e: float) -> bool:
-        return accounting.epsilon(dp_event.DiscreteLaplaceDpEvent(e, 1), delta, accountant="rdp") <= eps
-
-    lo, hi = 0.0, float(eps)
-    if ok(hi):
-        return hi
-    while hi - lo > 1e-9 * eps:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
-
-
 def laplace_plan(levels: tuple[int, ...], dim: int, eps: float, honest: int, parties: int, records: int,
                  floor_bits: int, job_id: str, delta: float = 0.0) -> tuple[StatsPlan, SecurePlan]:
-    """The distributed discrete Laplace plan: full grid, scale (L1 + 1) / e with e = :func:`rdp_pure_epsilon`
-    (eps, delta), ``honest`` Polya shares; charged ``DiscreteLaplaceDpEvent(e, 1)``."""
+    """The distributed discrete Laplace plan: full grid, scale (L1 + 1) / e, ``honest`` Polya shares, charged
+    ``DiscreteLaplaceDpEvent(e, 1)`` (:func:`dpfed.algorithms.secure_noise.integer_laplace_release`)."""
     weights = np.full(len(levels), GRID, np.int64)
     l1, l2 = sensitivities(weights, levels)
-    eps = rdp_pure_epsilon(eps, delta)
-    polya = PolyaNoisePlan(polya_scale(l1, eps), int(honest))
-    var = polya.share_variance()
-    bits = polya_bits(floor_bits, records * float(GRID), polya, parties, dim, sn.WRAP_PROBABILITY)
-    noise = dn.DistributedNoisePlan(dimension=dim, clip=l2, gamma=1.0, bits=bits, sigma_share=max(0.5, math.sqrt(var)),
-                                    honest_parties=honest, parties=parties, vectors=records)
-    plan = StatsPlan("ddlaplace", weights, int(l1), l2, float(polya.scale), var,
-                     dp_event.DiscreteLaplaceDpEvent(float(eps), 1))
+    polya, noise, event = sn.integer_laplace_release(eps, delta, honest=honest, parties=parties, floor_bits=floor_bits,
+                                                     vectors=records, l1=l1, l2=l2, dimension=dim,
+                                                     entry_max=records * float(GRID))
+    plan = StatsPlan("ddlaplace", weights, int(l1), l2, float(polya.scale), polya.share_variance(), event)
     return plan, SecurePlan(noise, (("stats", (dim,)),), sn.rotation_seed(job_id, 0), integer=True, l1=float(l1),
                             laplace=polya)
 
