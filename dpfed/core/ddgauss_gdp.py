@@ -38,9 +38,10 @@ post-processing of a continuous Gaussian, and pays for the difference as a point
    L >= e^-a Lhat pointwise, so delta_real(eps) <= e^a delta_hat(eps - 2 a): the correction the PLD accountant
    applies (:class:`dpfed.core.accountants`, the same one as for the pmf pairs of :mod:`dpfed.core.ddgauss_pld`).
 
-v is the smallest of :data:`KERNEL_VARIANCES` whose tau2 costs at most :data:`LOG_RATIO_TARGET` per release (v = 2,
-tau2 ~ 3e-17, for small d; the loss of privacy against the exact Gaussian is a factor sqrt(S / (S - v)) on mu,
-below 1e-5 for the shares dpfed calibrates, 0.2-0.4 % for sigma = 10, n = 5). Requires S > v; "party" rounding
+v is the smallest of :data:`KERNEL_VARIANCES` whose tau2 costs at most :data:`LOG_RATIO_TARGET` per release (v = 1.5,
+tau2 ~ 1e-12, for small d; v = 2, tau2 ~ 3e-17, for d = 368,640); the loss of privacy against the exact Gaussian
+is a factor sqrt(S / (S - v)) on mu: below 1e-5 for most shares dpfed calibrates, 0.2 % for sigma = 10, n = 5
+(bench/results/ddgauss_pld.md). Requires S > v; "party" rounding
 (a real shift rounded at random) stays with its RDP curve. Every float here is an upper bound: Theta and theta_v
 are bounded through log1p / expm1, and a bound that underflows is raised to :data:`LOG_RATIO_FLOOR`.
 """
@@ -58,9 +59,10 @@ __all__ = ["GaussianDominance", "gaussian_dominance", "dominating_pld", "sum_log
            "KERNEL_VARIANCES", "LOG_RATIO_TARGET", "LOG_RATIO_FLOOR"]
 
 #: Candidate variances v of the discrete kernel N_Z(G, v) (step 2 of the module docstring), smallest first.
-KERNEL_VARIANCES = (1.5, 2.0, 2.5, 3.0, 4.0)
-#: The largest pointwise log-ratio d * tau2 per release the kernel may cost before a larger v is taken.
-LOG_RATIO_TARGET = 1e-14
+KERNEL_VARIANCES = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0)
+#: The largest pointwise log-ratio d * tau2 per release the kernel may cost before a larger v is taken (10,000
+#: releases at this cost move epsilon by 2e-6, a fiftieth of the finest PLD grid).
+LOG_RATIO_TARGET = 1e-10
 #: Any per-coordinate log-ratio bound below this (an underflowed exponential) is raised to it: still an upper bound.
 LOG_RATIO_FLOOR = 1e-300
 
