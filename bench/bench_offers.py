@@ -11,7 +11,12 @@ its wall time, and peak RSS above the process's
 RSS before it (ru_maxrss; the imports are not counted). A child is killed after --timeout seconds and
 cannot allocate more than --memory-cap GiB (then "over").
 
-    PYTHONPATH=$PWD python bench/bench_offers.py [--algorithms glvq,kmeans] [--timeout 120]
+PCA pipelines (``pca+LEARNER``, every learner that can follow PCA) get the corners of the pipeline's own
+parameters (``pca_share``, the PCA step's ``pca_*``, epsilon and delta) at ``pca_k`` 2; the learner step's own
+corners are those of the learner's rows (the step is the learner's plan at its share of the budget). A
+regression learner (``label_kind`` "numeric") is offered a schema with a numeric target.
+
+    PYTHONPATH=$PWD python bench/bench_offers.py [--algorithms glvq,kmeans,pca+glvq] [--timeout 120]
 
 Target: worst CPU time <= 2 s and worst memory <= 300 MB. Prints one row per offer (sorted by time) and the
 worst of each algorithm.
@@ -27,19 +32,23 @@ import select
 import signal
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.params import table_for
+from dpfed.algorithms.pipeline.spec import PCA_KEYS
 from dpfed.algorithms.registry import algorithm_names, get_algorithm
 from dpfed.core.ledger import BudgetLedger
-from dpfed.data.schema import Schema
+from dpfed.data.schema import Feature, Schema
 from dpfed.federation.session import PartyContext, decide
 
 SCHEMA = Schema.numeric_box(8, 0.0, 1.0, n_classes=3)
+REGRESSION = Schema(Schema.numeric_box(8, 0.0, 1.0).features, target=Feature("t", "numeric", lower=-1.0, upper=1.0))
 BASE = {"epsilon": 1.0, "delta": 1e-5}
+PIPELINE_BASE = {"pca_k": 2}
 LEDGER_LIMIT = 10.0
 TARGET_SECONDS, TARGET_MB = 2.0, 300.0
 
@@ -64,12 +73,22 @@ def _ends(p: Any) -> list[Any]:
     return out
 
 
+def _corner_params(name: str) -> list[Any]:
+    """The parameters whose corners are offered: the table's, or for a pipeline its own (module docstring)."""
+    table = table_for(get_algorithm(name))
+    if not name.startswith("pca+"):
+        return list(table.params)
+    pca, learner = table_for(table.pca), table_for(table.learner)
+    own = [replace(p, name=f"pca_{p.name}") for p in pca.params if p.name in PCA_KEYS]
+    return [p for p in learner.params if p.name in BASE] + list(table.params) + own
+
+
 def offers(names: list[str]) -> list[tuple[str, str, Any]]:
     """(algorithm, parameter, value) of every corner offer; ("", "", None) rows are the base offers."""
     out = []
     for name in names:
         out.append((name, "(base)", None))
-        for p in table_for(get_algorithm(name)).params:
+        for p in _corner_params(name):
             for v in _ends(p):
                 if p.default is not None and v == p.default and p.name not in BASE:
                     continue
@@ -77,10 +96,20 @@ def offers(names: list[str]) -> list[tuple[str, str, Any]]:
     return out
 
 
-def _party() -> PartyContext:
-    X = np.random.default_rng(0).uniform(size=(500, SCHEMA.n_features))
-    y = np.random.default_rng(1).integers(0, 3, size=500)
-    return PartyContext("p0", X, y, SCHEMA, BudgetLedger(":memory:", epsilon_limit=LEDGER_LIMIT, delta_limit=1e-5),
+def pipelines() -> list[str]:
+    """``pca+LEARNER`` for every registered learner that can follow PCA."""
+    return [f"pca+{n}" for n in algorithm_names() if n != "pca"]
+
+
+def schema_for(algorithm: str) -> Schema:
+    return REGRESSION if get_algorithm(algorithm).label_kind == "numeric" else SCHEMA
+
+
+def _party(schema: Schema = SCHEMA) -> PartyContext:
+    X = np.random.default_rng(0).uniform(size=(500, schema.n_features))
+    rng = np.random.default_rng(1)
+    y = rng.uniform(-1, 1, size=500) if schema.target is not None else rng.integers(0, 3, size=500)
+    return PartyContext("p0", X, y, schema, BudgetLedger(":memory:", epsilon_limit=LEDGER_LIMIT, delta_limit=1e-5),
                         secure_aggregation=True)
 
 
@@ -94,14 +123,15 @@ def _rss_kb() -> int:
 
 def _child(algorithm: str, param: str, value: Any, cap_gib: float, out_fd: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (int(cap_gib * 2**30),) * 2)
-    party = _party()
-    params = dict(BASE)
+    schema = schema_for(algorithm)
+    party = _party(schema)
+    params = {**BASE, **(PIPELINE_BASE if algorithm.startswith("pca+") else {})}
     if value is not None:
         params[param] = value
     base_kb = max(_rss_kb(), 0)
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        d = decide(party, JobSpec(f"bench-{os.getpid()}", algorithm, params, SCHEMA))
+        d = decide(party, JobSpec(f"bench-{os.getpid()}", algorithm, params, schema))
         result = {"accept": d.accept, "reason": d.reason}
     except BaseException as exc:  # noqa: BLE001 - reported, never raised into the benchmark
         result = {"accept": False, "reason": f"raised {type(exc).__name__}: {exc}"}
@@ -134,7 +164,7 @@ def decide_in_child(algorithm: str, param: str, value: Any, timeout: float, cap_
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--algorithms", default=",".join(algorithm_names()))
+    ap.add_argument("--algorithms", default=",".join(algorithm_names() + pipelines()))
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a decision is killed")
     ap.add_argument("--memory-cap", type=float, default=3.0, help="GiB a deciding process may allocate")
     args = ap.parse_args(argv)

@@ -22,12 +22,18 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from dpfed.core.errors import TaskRejected
 
 __all__ = ["Param", "ParamTable", "validate", "check_label_kind", "table_for", "arg_type", "EPSILON", "delta_param", "noise_param",
-           "EPSILON_MIN", "EPSILON_MAX", "MEMORY_CAP_BYTES", "AlgorithmEntry"]
+           "EPSILON_MIN", "EPSILON_MAX", "DELTA_MAX", "MEMORY_CAP_BYTES", "AlgorithmEntry"]
 
 #: Smallest and largest accepted job epsilon: below 1e-3 nothing useful is learnt and the accountants'
 #: grids dominate the spend; above 100 calibration leaves the range where PLD is cheap and exact.
 EPSILON_MIN = 1e-3
 EPSILON_MAX = 100.0
+#: Largest accepted job delta, and why (in every refusal): delta is the probability that the guarantee fails
+#: outright, so it must lie far below 1/n (Dwork & Roth 2014, Sec. 2.3); above it a party's decision would also
+#: build PLDs of millions of points (issue 24 item 5: seconds per offer, 20 s near delta = 1).
+DELTA_MAX = 1e-3
+DELTA_REASON = ("delta is the chance the guarantee fails outright: publishing the whole data set with probability "
+                "delta is (0, delta)-DP, so delta must lie far below 1 / records (Dwork & Roth 2014, Sec. 2.3)")
 #: Upper bound on the estimated working memory of one party's answer (bytes).
 MEMORY_CAP_BYTES = 2 << 30
 
@@ -49,6 +55,7 @@ class Param:
     cap: float | None = None
     help: str = ""
     optional: bool = False
+    reason: str = ""  # why the range is what it is, said in every refusal
 
     def range_text(self) -> str:
         """The allowed values in one phrase, e.g. ``(0, 1]`` or ``one of sgd, adam``."""
@@ -83,7 +90,8 @@ class Param:
     def check(self, value: Any, algorithm: str = "") -> Any:
         """The value normalised to ``type``, or :class:`TaskRejected` naming the parameter and range."""
         where = f"{algorithm} parameter {self.name!r}" if algorithm else f"parameter {self.name!r}"
-        bad = TaskRejected(f"{where} must be {self.range_text()}, got {_show(value)}")
+        why = f" ({self.reason})" if self.reason else ""
+        bad = TaskRejected(f"{where} must be {self.range_text()}, got {_show(value)}{why}")
         if value is None:
             if self.optional:
                 return None
@@ -183,9 +191,9 @@ EPSILON = Param("epsilon", float, None, lo=EPSILON_MIN, hi=EPSILON_MAX,
 
 
 def delta_param(default: float, positive: bool = False) -> Param:
-    """The job's delta: [0, 1), or (0, 1) where the algorithm needs delta > 0."""
-    return Param("delta", float, default, lo=0.0, lo_open=positive, hi=1.0, hi_open=True,
-                 help="per-party delta of the whole job")
+    """The job's delta: [0, DELTA_MAX], or (0, DELTA_MAX] where the algorithm needs delta > 0."""
+    return Param("delta", float, default, lo=0.0, lo_open=positive, hi=DELTA_MAX,
+                 help="per-party delta of the whole job", reason=DELTA_REASON)
 
 
 def noise_param(help: str = "local: every party adds the full noise (private against the coordinator on its "

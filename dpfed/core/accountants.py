@@ -44,6 +44,7 @@ from dpfed.core.events import (
     event_invalid,
     event_rdp,
 )
+from dpfed.core.gaussian_pld import gaussian_event_pld
 from dpfed.core.memo import shared_cache
 
 __all__ = [
@@ -126,7 +127,6 @@ def _composed(event: DpEvent, accountant: str, neighbouring: str,
     return acc
 
 
-
 _RR_PREFIX = '{"class_name":"RandomizedResponseDpEvent"'
 
 
@@ -143,7 +143,6 @@ def _expand_rr_counts(event: DpEvent) -> DpEvent:
         parts.extend([event_from_json(key)] * repeated[key])
     rest = from_counts(Counter({k: n for k, n in flat.items() if k not in repeated}))
     return dp_accounting.ComposedDpEvent(parts + [rest])
-
 
 
 def check_probability(name: str, value: float, *, allow_zero: bool = False) -> None:
@@ -213,10 +212,9 @@ def _pure_bound(ev: DpEvent) -> float:
 
 
 def loss_scale(event: DpEvent, delta: float, neighbouring: str = "add_remove") -> float:
-    """A cheap estimate of the scale of ``event``'s privacy loss, which sets how wide a PLD grid keeps the
-    PLD small: its RDP epsilon at ``delta`` (Mironov 2017; milliseconds) for the releases RDP accounts,
-    plus the pure epsilon of the others. An upper bound on epsilon where RDP covers everything; only a
-    size estimate otherwise (soundness never depends on it: any PLD grid gives an upper bound)."""
+    """The scale of ``event``'s privacy loss (sets a PLD grid that keeps it small): RDP epsilon at ``delta``
+    (Mironov 2017; milliseconds) plus the pure epsilon of releases RDP does not take. An upper bound on epsilon
+    where RDP covers everything, else only a size estimate (any PLD grid gives an upper bound)."""
     if not 0 < delta < 1:
         return 0.0
     rdp = _RDPAccountant(orders=_SCALE_ORDERS, neighboring_relation=relation(neighbouring))
@@ -234,13 +232,10 @@ def loss_scale(event: DpEvent, delta: float, neighbouring: str = "add_remove") -
 
 
 def guarded_grid(event: DpEvent, delta: float, neighbouring: str, grid: float, *, at_epsilon: bool = False) -> float:
-    """``grid`` doubled until :func:`loss_scale` spans at most :data:`MAX_PLD_STEPS` steps: the grid of
-    every PLD dpfed builds. Unchanged for every question about an epsilon near its grid's (a plan, a ledger
-    near its limit: scale < 4 epsilon from 5 on); coarser only when the privacy loss is far larger than the
-    question (an offer whose real epsilon is 1300 against a grid made for 1), where the fine PLD would take
-    minutes and gigabytes. A coarser grid still gives an upper bound (pessimistic discretisation,
-    Doroshenko et al. 2022), looser by a few grid steps. ``at_epsilon``: ``delta`` is an epsilon (a question
-    about delta), whose scale is itself."""
+    """``grid`` doubled until :func:`loss_scale` spans at most :data:`MAX_PLD_STEPS` steps (the grid of every
+    PLD dpfed builds): unchanged near its question's epsilon (a plan, a ledger near its limit), coarser only for
+    a loss far larger (an offer at real epsilon 1300 on a grid made for 1: minutes and gigabytes otherwise), still
+    an upper bound (Doroshenko et al. 2022). ``at_epsilon``: ``delta`` is an epsilon, its own scale."""
     scale = float(delta) if at_epsilon else loss_scale(event, delta, neighbouring)
     while scale > MAX_PLD_STEPS * grid:
         grid *= 2.0
@@ -390,19 +385,20 @@ class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
         rel = self._neighboring_relation
         self._rdp_part = _RDPAccountant(neighboring_relation=rel)  # DDGauss releases without an exact PLD
         self._rdp_part_used = False
-        self._rdp_all: _RDPAccountant | None = _RDPAccountant(neighboring_relation=rel)  # every release, if it can
+        self._composed_events: list[tuple[Any, int]] = []  # for the all-RDP answer, built only when used
         self._log_up = 0.0  # true law <= e^up * the one the PLD describes, pointwise (upper sides)
         self._log_down = 0.0  # true law >= e^-down * the PLD's, pointwise (lower sides)
         self._pld_bounded = False  # some release went through ddgauss_pld or ddgauss_gdp
 
     def compose(self, event: Any, count: int = 1) -> Any:
         super().compose(event, count)
-        if self._rdp_all is not None:
-            if self._rdp_all.supports(event):
-                self._rdp_all.compose(event, count)
-            else:
-                self._rdp_all = None
+        self._composed_events.append((event, count))
         return self
+
+    def _rdp_all(self) -> _RDPAccountant | None:
+        """Every release by RDP (None if it cannot take one), built only when an answer uses it (class docstring)."""
+        acc = _RDPAccountant(neighboring_relation=self._neighboring_relation)
+        return acc if all(acc.supports(e) and acc.compose(e, n) for e, n in self._composed_events) else None
 
     def _compose_ddgauss(self, event: Any, count: int, do_compose: bool) -> Any:
         parts = _ddgauss_parts(event, self._neighboring_relation)
@@ -449,19 +445,26 @@ class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
         best = self._pld_epsilon(target_delta) if not self._rdp_part_used else min(
             (self._pld_epsilon(target_delta * (1.0 - f)) + float(self._rdp_part.get_epsilon(target_delta * f))
              for f in _SPLITS), default=math.inf)
-        if self._rdp_all is not None and (self._rdp_part_used or self._pld_bounded):
-            best = min(best, float(self._rdp_all.get_epsilon(target_delta)))
+        rdp_all = self._rdp_all() if self._rdp_part_used or self._pld_bounded else None
+        if rdp_all is not None:
+            best = min(best, float(rdp_all.get_epsilon(target_delta)))
         return best
 
     def get_delta(self, target_epsilon: float) -> float:
         best = self._pld_delta(target_epsilon) if not self._rdp_part_used else min(
             (self._pld_delta(target_epsilon * (1.0 - f)) + float(self._rdp_part.get_delta(target_epsilon * f))
              for f in _SPLITS), default=1.0)
-        if self._rdp_all is not None and (self._rdp_part_used or self._pld_bounded):
-            best = min(best, float(self._rdp_all.get_delta(target_epsilon)))
+        rdp_all = self._rdp_all() if self._rdp_part_used or self._pld_bounded else None
+        if rdp_all is not None:
+            best = min(best, float(rdp_all.get_delta(target_epsilon)))
         return min(best, 1.0)
 
     def _maybe_compose(self, event: Any, count: int, do_compose: bool) -> Any:
+        grid, rel = self._value_discretization_interval, self._neighboring_relation
+        fast = gaussian_event_pld(event, count, grid, rel) if do_compose else None  # dp-accounting's, faster
+        if fast is not None:
+            self._pld = self._pld.compose(fast)
+            return None
         if isinstance(event, DistributedDiscreteGaussianDpEvent) or (
                 isinstance(event, dp_accounting.PoissonSampledDpEvent)
                 and isinstance(event.event, DistributedDiscreteGaussianDpEvent)):

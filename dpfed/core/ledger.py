@@ -75,16 +75,17 @@ class BudgetExceededError(DpfedError):
     """
 
     def __init__(self, limit: tuple[float, float], spent: float, requested: float,
-                 job: str | None = None, *, at_least: bool = False) -> None:
+                 job: str | None = None, *, at_least: bool = False, stated: bool = False) -> None:
         self.limit = (float(limit[0]), float(limit[1]))
         self.spent = float(spent)
         self.requested = float(requested)
         self.job = job
         who = f" for job {job!r}" if job is not None else ""
+        what = (f"the job states epsilon {self.requested:.6g}, more than the whole limit" if stated else
+                f"requested charge would bring the total to epsilon{'>=' if at_least else '='}{self.requested:.6g}")
         super().__init__(
             f"privacy budget exceeded{who}: limit (epsilon={self.limit[0]:.6g}, "
-            f"delta={self.limit[1]:.3g}), spent epsilon={self.spent:.6g}, requested charge "
-            f"would bring the total to epsilon{'>=' if at_least else '='}{self.requested:.6g}; nothing was charged")
+            f"delta={self.limit[1]:.3g}), spent epsilon={self.spent:.6g}, {what}; nothing was charged")
 
 
 class BudgetLedger:

@@ -191,6 +191,11 @@ def decide(party: PartyContext, offer: JobSpec | str) -> Decision:
         return refuse(f"unknown algorithm: {exc}")
     if algo.needs_labels and party.y is None:
         return refuse(f"{spec.algorithm} needs labels; this party has none")
+    over = _stated_over_limit(party.ledger, spec) if prior is None else None
+    if over is not None:  # no plan is calibrated for a job that asks for more than the whole budget
+        refusal = refuse(str(over))
+        refusal.budget_error = over
+        return refusal
     try:
         validate(algo, spec.params, spec.schema)  # ranges and caps first: a cheap plan for any accepted job
         half = algo.party_for(spec.params)  # the local or the secure half, chosen once
@@ -234,6 +239,15 @@ def decide(party: PartyContext, offer: JobSpec | str) -> Decision:
                                      None if party.seed is None else party.rng_for(f"{job_id}:dropout"))
     return Decision(True, job_id, event=event, epsilon_job=party.ledger.spent(job_id), epsilon_total=total,
                     session=session, resumed=resumed)
+
+
+def _stated_over_limit(ledger: BudgetLedger, spec: JobSpec) -> BudgetExceededError | None:
+    """The refusal of a new job whose stated epsilon (its plan's target) exceeds the ledger's whole limit, decided
+    from public numbers before any calibration (issue 24 item 5: an epsilon-100 offer cost seconds of PLDs)."""
+    if not spec.epsilon > ledger.epsilon_limit:
+        return None
+    return BudgetExceededError((ledger.epsilon_limit, ledger.delta_limit), ledger.spent(), spec.epsilon,
+                               spec.job_id, stated=True)
 
 
 @dataclass

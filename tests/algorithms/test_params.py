@@ -7,7 +7,7 @@ import math
 import pytest
 
 from dpfed.algorithms.contract import JobSpec, TaskRejected
-from dpfed.algorithms.params import EPSILON_MAX, EPSILON_MIN, table_for, validate
+from dpfed.algorithms.params import DELTA_MAX, EPSILON_MAX, EPSILON_MIN, table_for, validate
 from dpfed.algorithms.registry import algorithm_names, get_algorithm
 from dpfed.data.schema import Feature, Schema
 
@@ -78,7 +78,14 @@ def test_every_registered_algorithm_declares_a_table_with_epsilon_and_delta():
         assert not table.open, name
         eps, delta = table.get("epsilon"), table.get("delta")
         assert eps.lo == EPSILON_MIN and eps.upper == EPSILON_MAX
-        assert delta.hi == 1.0 and delta.hi_open
+        assert delta.upper == DELTA_MAX == 1e-3 and not delta.hi_open
+
+
+def test_a_delta_above_the_cap_is_refused_with_its_reason():
+    """Issue 24 item 5: delta 0.999999 cost a party 20 s; above 1e-3 the offer is refused, saying why."""
+    validate(get_algorithm("glvq"), {"epsilon": 1.0, "delta": DELTA_MAX})
+    with pytest.raises(TaskRejected, match=r"delta.*got 0\.01 \(delta is the chance the guarantee fails outright"):
+        validate(get_algorithm("glvq"), {"epsilon": 1.0, "delta": 0.01})
 
 
 @pytest.mark.parametrize("algorithm,params", [

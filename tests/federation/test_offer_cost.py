@@ -37,3 +37,14 @@ def test_the_same_noise_with_a_stated_epsilon_above_the_limit_is_refused_by_the_
     d = decide(party, JobSpec("j-big", "glvq", {"epsilon": 100.0, "delta": 1e-5, "noise_multiplier": 0.05}, SCHEMA))
     assert not d.accept and party.ledger.charge_ids() == []
     assert "epsilon" in d.reason
+
+
+def test_a_stated_epsilon_above_the_whole_limit_is_refused_before_any_plan():
+    """Epsilon 20 against a limit of 10: refused as over budget from the stated target (no calibration needed),
+    with the budget error the simulators raise, and nothing charged; epsilon 10 itself is not refused for it."""
+    party = _party()
+    d = decide(party, JobSpec("j-20", "naive-bayes", {"epsilon": 20.0, "delta": 0.0, "mechanism": "laplace"}, SCHEMA))
+    assert not d.accept and d.budget_error is not None and party.ledger.charge_ids() == []
+    assert "privacy budget exceeded" in d.reason and "states epsilon 20" in d.reason
+    ok = decide(party, JobSpec("j-10", "naive-bayes", {"epsilon": 10.0, "delta": 0.0, "mechanism": "laplace"}, SCHEMA))
+    assert ok.accept, ok.reason

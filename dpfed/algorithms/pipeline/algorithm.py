@@ -41,6 +41,7 @@ class PipelineTable(ParamTable):
         p = {**params, "pca_share": share}
         if "epsilon" not in p:
             raise TaskRejected(f"{name} parameter 'epsilon' is required")
+        table_for(self.learner).get("delta").check(p.get("delta", 0.0), name)  # the whole job's delta: its cap too
         pca, learner = ps.split_params(p)
         pca = table_for(self.pca).validate(pca, schema, f"{name} (PCA step)")
         sub = ps.projected_schema(schema, pca) if schema is not None else None
