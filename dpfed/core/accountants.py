@@ -382,8 +382,7 @@ class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        rel = self._neighboring_relation
-        self._rdp_part = _RDPAccountant(neighboring_relation=rel)  # DDGauss releases without an exact PLD
+        self._rdp_part = _RDPAccountant(neighboring_relation=self._neighboring_relation)  # DDGauss without exact PLD
         self._rdp_part_used = False
         self._composed_events: list[tuple[Any, int]] = []  # for the all-RDP answer, built only when used
         self._log_up = 0.0  # true law <= e^up * the one the PLD describes, pointwise (upper sides)
