@@ -130,7 +130,7 @@ def _party_values(spec: JobSpec, name: str, root: Path, address: str, *, seed: i
         "insecure": insecure, "reconnect_seconds": 0.5, "plugins": list(plugins),
         "schema_file": str(root / "schema.json"), "exit_with_parent": True,
         "simulation": True, "dropout": float(dropout),
-        "accountant": "rdp" if is_secure(spec.params) else "pld"}
+        "accountant": "rdp" if is_secure(spec.params) and spec.delta > 0 else "pld"}  # delta 0: pure DP, PLD
     if seed is not None:
         values["seed"] = int(seed)
     f = _tls(root, insecure, name)

@@ -44,7 +44,8 @@ def default_ledger(spec: JobSpec, path: str = ":memory:") -> BudgetLedger:
     job's plan was calibrated on (:func:`dpfed.core.accounting.pld_grid` of its epsilon)."""
     return BudgetLedger(path, epsilon_limit=spec.epsilon * (1 + 1e-9),
                         delta_limit=spec.delta if spec.delta > 0 else PURE_DP_DELTA,
-                        accountant="rdp" if is_secure(spec.params) else "pld",
+                        # a secure job with delta 0 is a pure-DP one (the distributed discrete Laplace): PLD exactly
+                        accountant="rdp" if is_secure(spec.params) and spec.delta > 0 else "pld",
                         pld_discretization=pld_grid(spec.epsilon))
 
 

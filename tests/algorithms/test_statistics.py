@@ -354,6 +354,22 @@ def test_five_parties_distributed_noise_in_process():
         assert abs(r["value"][g] - u[a == g].mean()) <= 6 * r["se"][g]
 
 
+def test_five_parties_pure_dp_distributed_laplace_in_process():
+    """delta 0 with distributed noise: the distributed discrete Laplace at the full epsilon (pure DP, the
+    simulated parties' PLD ledgers charge exactly epsilon), 5 parties, the means within 6 se."""
+    X, y = _data(4000)
+    parts = [(X[i::5], y[i::5]) for i in range(5)]
+    spec = JobSpec("st5p", "statistics", validate(get_algorithm("statistics"), {
+        "epsilon": 1.0, "delta": 0.0, "queries": ["mean:u", "count"], "group_by": "a", "noise": "distributed",
+        "secure_aggregation": True}, SCHEMA), SCHEMA)
+    res = run_inprocess(spec, parts, seed=4)
+    assert res.summary["mechanism"] == "ddlaplace" and res.epsilon_spent <= 1.0 * (1 + 1e-9)
+    r = next(r for r in res.summary["results"] if r["query"] == "mean(u) by a")
+    u, a = np.clip(X[:, 1], 0, 10), X[:, 0].astype(int)
+    for g in range(3):
+        assert abs(r["value"][g] - u[a == g].mean()) <= 6 * r["se"][g]
+
+
 @pytest.mark.parametrize("queries", [["mean:nope"], ["quantile:u:2"], ["median:a"], [{"stat": "mean", "column": ["u"]}],
                                      [{"stat": "histogram", "column": "u", "bins": [1, 2]}], ["histogram:u:bins=x"],
                                      [["mean", "u"]], [], ["mean:u"] * 65, ["table:a:u"]])
