@@ -1,6 +1,6 @@
 """The distributed discrete Laplace under secure aggregation: every party adds one Polya share
 (:func:`dpfed.core.polya.sample_polya_share`) to its integer vector mod 2^B, planned for ``shares`` = P_min - c
-honest shares, which alone sum to the discrete Laplace of ``scale`` (Goryczka & Xiong 2017, sec. 5.4). One
+honest shares, which alone sum to the discrete Laplace of ``scale`` (Goryczka & Xiong 2017). One
 record moves the survivors' integer sum by at most ``l1`` in L1, so the release is the discrete Laplace mechanism
 (Ghosh, Roughgarden & Sundararajan 2009) with pure epsilon l1 / scale, whatever the other shares (independent
 noise: post-processing). Charged as the randomized-response pair ``DiscreteLaplaceDpEvent(epsilon, 1)``, which

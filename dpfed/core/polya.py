@@ -3,7 +3,7 @@
 The geometric law P(G = k) = (1 - p) p^k on {0, 1, ...} is infinitely divisible: it is the sum of m
 independent negative binomials NB(1/m, p), P(X = k) = Gamma(k + 1/m) / (k! Gamma(1/m)) (1 - p)^(1/m) p^k
 (Goryczka & Xiong 2017, "A comprehensive comparison of multiparty secure additions with differential
-privacy", sec. 5.4; the distributed geometric mechanism). So if each of m parties adds the *Polya share*
+privacy", IEEE TDSC 2017: the distributed geometric mechanism). So if each of m parties adds the *Polya share*
 NB(1/m, p) - NB(1/m, p), the m shares sum to G1 - G2, the discrete Laplace P(x) ∝ p^|x| with
 p = exp(-1/scale) (:func:`dpfed.core.samplers.sample_discrete_laplace`'s law); more shares add independent
 noise (NB(k/m, p) differences), which privacy may ignore (post-processing).

@@ -1,5 +1,5 @@
 """Statistics under distributed noise and secure aggregation: the plan of the one release (a
-:class:`~.plan.StatsPlan` with mechanism ``ddgauss`` and the integer
+:class:`~.plan.StatsPlan` with mechanism ``ddgauss`` or ``ddlaplace`` and the integer
 :class:`~dpfed.algorithms.secure_plan.SecurePlan`), the party's integer vector as its one row.
 
 As for naive Bayes (:mod:`dpfed.algorithms.naive_bayes.secure`, Kairouz, Liu & Steinke ICML 2021): each party
@@ -15,11 +15,11 @@ Or the distributed discrete Laplace (:mod:`dpfed.core.distributed_laplace`, mech
 adds one Polya share NB(1/m, p) - NB(1/m, p), m = P_min - c, so the m honest shares alone sum to the discrete
 Laplace of scale (L1 + 1) / e at the full grid (pure e, charged ``DiscreteLaplaceDpEvent(e, 1)`` as the local
 Laplace; e <= epsilon the largest whose RDP conversion, the secure ledger's, meets (epsilon, delta)); more shares
-only add independent noise. ``mechanism``: ``laplace`` and ``gaussian`` force
-one; ``auto`` takes the smaller per-entry noise variance in records^2 (m shares: 2 p / (1 - p)^2 / W^2 against
-m sigma_share^2 / W_g^2: roughly 2 (h / epsilon)^2 against z^2 h for h block levels, so Laplace for jobs of a few
-statistics, the Gaussian for many); delta = 0 means Laplace. The
-modulus holds records x W plus the tail of all P shares (:func:`dpfed.core.distributed_laplace.polya_bits`).
+only add independent noise. ``mechanism``: ``laplace`` and ``gaussian`` force one; ``auto`` takes the smaller
+per-entry noise variance in records^2 (m shares: 2 p / (1 - p)^2 / W^2 against m sigma_share^2 / W_g^2: roughly
+2 (h / epsilon)^2 against z^2 h for h block levels, so Laplace for jobs of a few statistics, the Gaussian for
+many); delta = 0 means Laplace. The modulus holds records x W plus the tail of all P shares
+(:func:`dpfed.core.distributed_laplace.polya_bits`).
 """
 from __future__ import annotations
 
