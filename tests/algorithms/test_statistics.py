@@ -141,9 +141,9 @@ def test_secure_laplace_plan_equals_an_event_built_here(eps):
 
 def test_secure_laplace_noise_in_the_parties_answers_is_the_discrete_laplace():
     """Three honest parties' actual secure answers (the real encoder: integer vector + one Polya share mod 2^B)
-    summed mod 2^B and decoded, minus the noiseless sum NumPy-independent party_statistics gives: the discrete
-    Laplace of the plan's scale, by a chi-square test of |noise| against the geometric law of |X| (false alarm
-    1e-4), over 12 jobs x 3 x ~410 entries; a planted half-scale share is rejected."""
+    summed mod 2^B and decoded, minus the noiseless sum (party_statistics, checked against NumPy above): the
+    discrete Laplace of the plan's scale, by a chi-square test of |noise| against the law of |X| (false alarm
+    1e-4), over 12 jobs x ~1,300 entries; the same test rejects a discrete Laplace of half the scale (power)."""
     from scipy import stats
 
     from dpfed.core.distributed_noise import decode_integers, modular_sum
@@ -157,8 +157,8 @@ def test_secure_laplace_noise_in_the_parties_answers_is_the_discrete_laplace():
     half = get_algorithm("statistics").party_for(spec.params)
     sec = half.plan(spec, TASK)
     parts = [(X[i::3], y[i::3]) for i in range(3)]
-    exact = sum(statistics.party_statistics(x, t, statistics.job_layout(spec), sec.laplace and
-                                            statistics.plan_release(spec).weights, SCHEMA) for x, t in parts)
+    weights = statistics.plan_release(spec).weights
+    exact = sum(statistics.party_statistics(x, t, statistics.job_layout(spec), weights, SCHEMA) for x, t in parts)
     resid = []
     for j in range(12):
         msgs = [encode_rows(half.rows(spec, TASK, x, t, None), sec, SecureRNG.from_seed(f"s{j}-{i}"))
