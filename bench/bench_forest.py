@@ -10,6 +10,8 @@
   by ``default_rng(seed)``), and one party holding all the data (local rounded Gaussian, delta 1e-6). Runs
   the party and coordinator halves in process with the real SecAgg rounds (``run_inprocess``), what the gRPC
   daemons run. The trees come from ``tree_seed = seed``; the noise seed is the seed.
+* dpfed ``decision-tree`` (one private split-choice tree, Friedman & Schuster 2010 with noisy counts: depth 5,
+  16 cells per numeric feature, leaves 20 % of rho; ``decision_tree/``) in the same two configurations and seeds.
 * diffprivlib 0.6.6 ``RandomForestClassifier(n_estimators=10)`` with the same public bounds and classes
   (pure epsilon-DP), scikit-learn's ``RandomForestClassifier`` and dpfed's forest without noise.
 * Mean ± std of the test accuracy over seeds 0..S-1; privacy-utility plot for epsilon 0.1 .. 10.
@@ -29,6 +31,7 @@ import numpy as np
 
 warnings.simplefilter("ignore")  # seeded SecureRNGs warn by design; this is a simulation
 
+from dpfed.algorithms import get_algorithm  # noqa: E402
 from dpfed.algorithms.contract import JobSpec  # noqa: E402
 from dpfed.algorithms.random_forest import evaluate, job_forest, leaf_counts, postprocess  # noqa: E402
 from dpfed.algorithms.random_forest.depth import auto_depth  # noqa: E402
@@ -39,6 +42,7 @@ DATASETS = ("adult", "nursery", "mushroom")
 EPSILONS = (0.1, 0.3, 1.0, 3.0, 10.0)
 TABLE_EPS = (0.1, 1.0)
 TREES, DELTA, PARTIES = 30, 1e-6, 5
+TREE_DEPTH = 5
 TARGETS = {"adult": 0.82, "nursery": 0.85, "mushroom": 0.95}
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -61,12 +65,22 @@ def job_params(d, eps: float, parties: int, seed: int) -> dict:
     return params
 
 
-def dpfed_accuracy(d, eps: float, parties: int, seed: int) -> float:
-    params = job_params(d, eps, parties, seed)
-    spec = JobSpec(f"bench-rf-{seed}", "random-forest", params, d.schema)
+def tree_params(d, eps: float, parties: int) -> dict:
+    params = {"epsilon": eps, "delta": DELTA, "depth": TREE_DEPTH, "records": len(d.y_train)}
+    if parties > 1:
+        params.update(noise="distributed", secure_aggregation=True, bits=16)
+    return params
+
+
+def dpfed_accuracy(d, eps: float, parties: int, seed: int, learner: str = "random-forest") -> float:
+    if learner == "decision-tree":
+        params = tree_params(d, eps, parties)
+    else:
+        params = job_params(d, eps, parties, seed)
+    spec = JobSpec(f"bench-{learner}-{seed}", learner, params, d.schema)
     parts = split_parties(d.X_train, d.y_train, parties, "iid", np.random.default_rng(seed))
     res = run_inprocess(spec, parts, seed=seed)
-    return evaluate(res.model, d.X_test, d.y_test, d.schema)["test_accuracy"]
+    return get_algorithm(learner).evaluate(res.model, d.X_test, d.y_test, d.schema)["test_accuracy"]
 
 
 def dpfed_nonprivate(d, seed: int) -> float:
@@ -118,32 +132,44 @@ def sweep(seeds: int) -> dict:
             r["cells"][("dpfed 5 parties, distributed", eps)] = mean_std(
                 [dpfed_accuracy(d, eps, PARTIES, s) for s in range(seeds)])
             r["cells"][("dpfed 1 party (all data)", eps)] = mean_std([dpfed_accuracy(d, eps, 1, s) for s in range(seeds)])
+            r["cells"][(CONFIGS[2], eps)] = mean_std([dpfed_accuracy(d, eps, PARTIES, s, "decision-tree")
+                                                      for s in range(seeds)])
+            r["cells"][(CONFIGS[3], eps)] = mean_std([dpfed_accuracy(d, eps, 1, s, "decision-tree")
+                                                      for s in range(seeds)])
             r["cells"][("diffprivlib", eps)] = mean_std([diffprivlib_accuracy(d, eps, s) for s in range(seeds)])
             print(f"[bench] {name} eps={eps:g} {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         out[name] = r
     return out
 
 
-CONFIGS = ("dpfed 5 parties, distributed", "dpfed 1 party (all data)", "diffprivlib")
+CONFIGS = ("dpfed 5 parties, distributed", "dpfed 1 party (all data)", "dpfed tree 5 parties, distributed",
+           "dpfed tree 1 party (all data)", "diffprivlib")
+#: (learner label, its 5-party and 1-party configurations) judged against the targets
+LEARNERS = (("random forest", CONFIGS[0], CONFIGS[1]), ("private tree", CONFIGS[2], CONFIGS[3]))
+
+
+def verdict(cell: dict, name: str, dist_cfg: str, one_cfg: str) -> str:
+    dist, one = cell[(dist_cfg, 1.0)][0], cell[(one_cfg, 1.0)][0]
+    met = {"target": dist >= TARGETS[name], "within 0.01 of one party": abs(dist - one) <= 0.01 or dist > one,
+           "ahead of diffprivlib at 0.1 and 1": all(cell[(dist_cfg, e)][0] > cell[("diffprivlib", e)][0]
+                                                     for e in TABLE_EPS)}
+    return "; ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in met.items())
 
 
 def tables(res: dict, seeds: int) -> str:
-    lines = [f"Test accuracy, mean ± std over {seeds} seeds; dpfed: {TREES} trees, δ = {DELTA:g}; diffprivlib "
-             "0.6.6: 10 trees, pure ε.\n",
-             "| data set (n train, depth without noise) | non-private sklearn | dpfed, no noise | "
+    lines = [f"Test accuracy, mean ± std over {seeds} seeds; dpfed random forest: {TREES} trees, δ = {DELTA:g}; "
+             f"dpfed tree: one private split-choice tree of depth {TREE_DEPTH}, δ = {DELTA:g}; diffprivlib 0.6.6: 10 "
+             "trees, pure ε.\n",
+             "| data set (n train, depth without noise) | non-private sklearn | dpfed forest, no noise | "
              + " | ".join(f"{c} ε={e:g}" for e in TABLE_EPS for c in CONFIGS) + " | target ε=1 | met |",
              "|---|---|---|" + "---|" * (len(TABLE_EPS) * len(CONFIGS)) + "---|---|"]
     for name in DATASETS:
         r = res[name]
         cell = r["cells"]
-        dist, one = cell[(CONFIGS[0], 1.0)][0], cell[(CONFIGS[1], 1.0)][0]
-        met = {"target": dist >= TARGETS[name], "within 0.01 of one party": abs(dist - one) <= 0.01 or dist > one,
-               "ahead of diffprivlib at 0.1 and 1": all(cell[(CONFIGS[0], e)][0] > cell[("diffprivlib", e)][0]
-                                                         for e in TABLE_EPS)}
-        verdict = "; ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in met.items())
+        met = " / ".join(f"{label}: {verdict(cell, name, a, b)}" for label, a, b in LEARNERS)
         lines.append(f"| {name} ({r['n']}, {r['depth']}) | {r['sklearn'][0]:.4f} | {r['exact'][0]:.4f} | "
                      + " | ".join(f"{cell[(c, e)][0]:.4f} ± {cell[(c, e)][1]:.4f}" for e in TABLE_EPS for c in CONFIGS)
-                     + f" | {TARGETS[name]} | {verdict} |")
+                     + f" | {TARGETS[name]} | {met} |")
     lines += ["", "Automatic depth per ε (5 parties distributed / 1 party): "
               + "; ".join(f"{name} " + ", ".join(f"ε={e:g}: {res[name]['depths'][e][0]}/{res[name]['depths'][e][1]}"
                                                  for e in EPSILONS) for name in DATASETS) + ".",
@@ -168,9 +194,11 @@ def plot(res: dict, path: Path) -> None:
         for c in CONFIGS:
             m = [r["cells"][(c, e)][0] for e in EPSILONS]
             s = [r["cells"][(c, e)][1] for e in EPSILONS]
-            ax.errorbar(EPSILONS, m, yerr=s, marker="o", capsize=3, label=c)
+            ax.errorbar(EPSILONS, m, yerr=s, marker="s" if "tree" in c else "o", capsize=3, label=c,
+                        ls="--" if "tree" in c else "-")
         ax.axhline(r["sklearn"][0], color="k", ls="--", lw=1, label="sklearn, non-private")
         ax.axhline(r["exact"][0], color="gray", ls=":", lw=1, label="dpfed forest, no noise")
+        ax.set_ylim(bottom=max(0.0, min(r["cells"][(c, e)][0] for c in CONFIGS for e in EPSILONS) - 0.02))
         ax.set_xscale("log")
         ax.set_title(name)
         ax.set_xlabel("ε per party")
