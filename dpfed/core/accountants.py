@@ -31,7 +31,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpfed.core.composition import flatten, from_counts
-from dpfed.core.ddgauss_gdp import dominating_pld, gaussian_dominance
+from dpfed.core.ddgauss_gdp import MAX_LOG_RATIO, dominating_pld, gaussian_dominance
 from dpfed.core.ddgauss_pld import PMF_RELATIVE_ERROR, ddgauss_pld
 from dpfed.core.errors import DpfedError
 from dpfed.core.event_json import event_from_json, event_to_json
@@ -409,6 +409,8 @@ class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
             return None
         built = ddgauss_pld(inner, q, self._value_discretization_interval)
         dominated = gaussian_dominance(inner) if built is None else None
+        if dominated is not None and count * dominated.log_ratio > MAX_LOG_RATIO:
+            dominated = None  # the pointwise factor would cost more than the RDP curve saves
         if built is not None:
             pld, pairs = built
             self._log_up += pairs * count * math.log1p(PMF_RELATIVE_ERROR)

@@ -56,13 +56,16 @@ from dp_accounting.pld import privacy_loss_distribution
 from dpfed.core.events import DistributedDiscreteGaussianDpEvent, event_invalid
 
 __all__ = ["GaussianDominance", "gaussian_dominance", "dominating_pld", "sum_log_ratio", "kernel_log_ratio",
-           "KERNEL_VARIANCES", "LOG_RATIO_TARGET", "LOG_RATIO_FLOOR"]
+           "KERNEL_VARIANCES", "LOG_RATIO_TARGET", "LOG_RATIO_FLOOR", "MAX_LOG_RATIO"]
 
 #: Candidate variances v of the discrete kernel N_Z(G, v) (step 2 of the module docstring), smallest first.
 KERNEL_VARIANCES = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0)
 #: The largest pointwise log-ratio d * tau2 per release the kernel may cost before a larger v is taken (10,000
 #: releases at this cost move epsilon by 2e-6, a fiftieth of the finest PLD grid).
 LOG_RATIO_TARGET = 1e-10
+#: The PLD ledger takes the dominance only while the releases it composes cost at most this pointwise log-ratio
+#: (2e-3 on epsilon); beyond (tiny shares, n sigma^2 of a few units) their RDP curve is the better bound.
+MAX_LOG_RATIO = 1e-3
 #: Any per-coordinate log-ratio bound below this (an underflowed exponential) is raised to it: still an upper bound.
 LOG_RATIO_FLOOR = 1e-300
 
@@ -116,7 +119,8 @@ def gaussian_dominance(event: DistributedDiscreteGaussianDpEvent) -> GaussianDom
     if not fits or not math.isfinite(tau1):
         return None
     v = next((v for v in fits if d * kernel_log_ratio(v) <= LOG_RATIO_TARGET), fits[-1])
-    return GaussianDominance(math.sqrt(total - v) / shift, d * (tau1 + kernel_log_ratio(v)), v)
+    noise = math.sqrt(total - v) / shift * (1.0 - 1e-12)  # rounded down: a float rounding never undercharges
+    return GaussianDominance(noise, d * (tau1 + kernel_log_ratio(v)), v)
 
 
 @functools.lru_cache(maxsize=16)
