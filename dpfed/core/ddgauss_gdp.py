@@ -10,9 +10,9 @@ post-processing of a continuous Gaussian, and pays for the difference as a point
 1. The sum is a discrete Gaussian up to e^(+-tau1) pointwise. P(Y = z) is proportional to
    exp(-z^2 / (2 n sigma^2)) rho(L + u_z), L = {m in Z^n : sum m = 0}, rho(A) = sum_(a in A) exp(-|a|^2 /
    (2 sigma^2)), u_z in span(L) (split each x in Z^n with sum x = z as (z/n) 1 + its projection). Poisson
-   summation on L (as in Kairouz, Liu & Steinke, ICML 2021, Sec. 4, for their Thm. 1) gives rho(L + u) =
-   C (1 + theta(u)), |theta(u)| <= Theta = sum_(w in L* \\ 0) exp(-2 pi^2 sigma^2 |w|^2), L* the projection of
-   Z^n onto 1-perp. Taking the representative of w with last entry 0, w = P(m', 0), and Cauchy-Schwarz,
+   summation on L (the kind of bound behind Kairouz, Liu & Steinke 2021's tau; proved here directly) gives
+   rho(L + u) = C (1 + theta(u)), |theta(u)| <= Theta = sum_(w in L* \\ 0) exp(-2 pi^2 sigma^2 |w|^2), L* the
+   projection of Z^n onto 1-perp. Taking the representative of w with last entry 0, w = P(m', 0), and Cauchy-Schwarz,
    |w|^2 = |m'|^2 - (sum m')^2 / n >= |m'|^2 / n, so Theta <= theta3(b)^(n-1) - 1 with b = 2 pi^2 sigma^2 / n,
    theta3(b) = sum_j exp(-b j^2) <= 1 + 2 e^-b / (1 - e^-b). Normalising, P(Y = z) / P(N_Z(0, S) = z) lies in
    [(1 - Theta)/(1 + Theta), (1 + Theta)/(1 - Theta)], S = n sigma^2: tau1 = log((1 + Theta)/(1 - Theta)).
@@ -27,10 +27,10 @@ post-processing of a continuous Gaussian, and pays for the difference as a point
    whole release with Yhat, also Poisson-subsampled and composed with anything, is a post-processing of the
    Gaussian mechanism of L2 sensitivity Delta and standard deviation sqrt(S - v) run the same way, and its privacy
    loss is dominated by that mechanism's (data-processing inequality for the hockey-stick divergence; the Gaussian
-   pair dominates every shift of norm <= Delta, and Poisson subsampling and composition keep dominating pairs:
-   Zhu, Dong & Wang, AISTATS 2022, Thms. 10 and 11; in f-DP terms, mu-GDP with mu = Delta / sqrt(S - v), Dong,
-   Roth & Su, JRSS-B 2022, Thm. 2.7, Prop. 2.8, Cor. 3.3). dp-accounting's PLD of the Poisson-subsampled
-   Gaussian is an upper bound of that pair's (pessimistic discretisation).
+   pair dominates every shift of norm <= Delta, and Poisson subsampling and composition keep dominating pairs: Zhu,
+   Dong & Wang, AISTATS 2022, arXiv 2106.08567, Def. 7, Thms. 10 and 11; in f-DP terms, mu-GDP with mu = Delta /
+   sqrt(S - v), Dong, Roth & Su, JRSS-B 2022, Thm. 2.7, Prop. 2.8, Cor. 3.3). dp-accounting's PLD of the
+   Poisson-subsampled Gaussian is an upper bound of that pair's (pessimistic discretisation).
 4. Back to Y: per coordinate, P(Y = z) / P(Yhat = z) is within e^(+-tau), tau = tau1 + tau2; the d coordinates
    of one release multiply (e^(+-d tau)), a Poisson-subsampled release is a mixture of the same shape on both
    sides (same bound), and k composed releases multiply again (conditionally on the past: adaptive composition
@@ -41,7 +41,11 @@ post-processing of a continuous Gaussian, and pays for the difference as a point
 v is the smallest of :data:`KERNEL_VARIANCES` whose tau2 costs at most :data:`LOG_RATIO_TARGET` per release (v = 1.5,
 tau2 ~ 1e-12, for small d; v = 2, tau2 ~ 3e-17, for d = 368,640); the loss of privacy against the exact Gaussian
 is a factor sqrt(S / (S - v)) on mu: below 1e-5 for most shares dpfed calibrates, 0.2 % for sigma = 10, n = 5
-(bench/results/ddgauss_pld.md). Requires S > v; "party" rounding
+(bench/results/ddgauss_pld.md). The factor is not a formality: the summed shares are NOT exactly as private as the
+Gaussian of the same variance (sigma 3, n 2, shift (2, 0): exact delta 0.09939 against the Gaussian's 0.09931 at
+eps 0.25, tests/core/test_ddgauss_gdp.py). Why not the exact trade-off curve of the pmfs (f-DP checked at its
+vertices): it needs the summed pmf on ~25 sqrt(n) sigma points, out of reach for the shares dpfed calibrates (sigma
+from 10 to 10^6), and would gain at most about the kernel's sqrt(S / (S - v)). Requires S > v; "party" rounding
 (a real shift rounded at random) stays with its RDP curve. Every float here is an upper bound: Theta and theta_v
 are bounded through log1p / expm1, and a bound that underflows is raised to :data:`LOG_RATIO_FLOOR`.
 """
