@@ -119,6 +119,18 @@ def test_counts_before_noise_equal_an_independent_count(r):
         assert got.sum() == len(X)
 
 
+def test_counts_in_chunks_equal_the_independent_count(monkeypatch):
+    """The party counts its records in chunks (memory): 7-record chunks give the same level counts."""
+    from dpfed.algorithms.decision_tree import model
+
+    monkeypatch.setattr(model, "_CHUNK", 7)
+    X, y = _data(100)
+    spec = _spec("dt-chunk")
+    feature, left = _structure(3, 2, seed=4)
+    got = party_vector(spec, _task(spec, 2, feature, left), X, y)
+    np.testing.assert_array_equal(got, _reference(X, y, feature, left, 2, 3))
+
+
 @pytest.mark.parametrize("far", [1e12, -1e12, math.inf])
 def test_a_far_record_moves_each_round_by_exactly_the_planned_sensitivity(far):
     """D against D + {a record with every numeric feature at ``far``}: a level's vector changes in exactly F

@@ -25,6 +25,8 @@ import numpy as np
 from dpfed.algorithms.decision_tree.grid import Grid, cells
 from dpfed.data.schema import Schema
 
+_CHUNK = 1 << 15   # records counted at once
+
 __all__ = ["descend", "level_counts", "leaf_counts", "choose_splits", "min_count", "tree_model", "predict_proba",
            "predict", "evaluate"]
 
@@ -52,13 +54,16 @@ def level_counts(C: np.ndarray, y: np.ndarray, feature: np.ndarray, left: np.nda
     """The exact counts of level ``level``, flat int64 of length 2^level S k (S = grid.total cells), entry
     ((slot S + offset_f + cell_f) k + class) for the node ``slot`` of that level: every record that reached the
     level adds 1 to exactly F entries (one cell per feature), the others add nothing."""
-    first = (1 << level) - 1
-    node = descend(C, feature, left, level)
-    at = node >= first
-    slot = node[at] - first
-    idx = ((slot[:, None] * grid.total + grid.offsets[None, :] + C[at]) * k
-           + np.asarray(y, np.int64)[at][:, None])
-    return np.bincount(idx.ravel(), minlength=(1 << level) * grid.total * k).astype(np.int64)
+    first, length = (1 << level) - 1, (1 << level) * grid.total * k
+    y = np.asarray(y, np.int64)
+    out = np.zeros(length, np.int64)
+    for a in range(0, len(C), _CHUNK):   # chunks keep the (records x F) index array a few MB
+        Cb = C[a:a + _CHUNK]
+        node = descend(Cb, feature, left, level)
+        at = node >= first
+        idx = ((node[at, None] - first) * grid.total + grid.offsets[None, :] + Cb[at]) * k + y[a:a + _CHUNK][at, None]
+        out += np.bincount(idx.ravel(), minlength=length).astype(np.int64)
+    return out
 
 
 def leaf_counts(C: np.ndarray, y: np.ndarray, feature: np.ndarray, left: np.ndarray, depth: int,
