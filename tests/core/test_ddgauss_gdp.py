@@ -83,12 +83,17 @@ def _event(sigma: float, n: int, d: int, l2: float, l1: float, q: float) -> dp_a
     return ev if q == 1.0 else dp_accounting.PoissonSampledDpEvent(q, ev)
 
 
-def _charged_below_truth(sigma: float, n: int, d: int, l2: float, l1: float, q: float, r: int) -> list[str]:
-    """Where the PLD ledger's delta is below the exact one (empty when sound)."""
+def _charged_and_true(sigma: float, n: int, d: int, l2: float, l1: float, q: float,
+                      r: int) -> list[tuple[float, float, float]]:
+    """(epsilon, the PLD ledger's delta, the exact delta) at each of EPS."""
     truth = _true_delta(sigma, n, d, l2, l1, q, EPS, r)
     acc = accounting.make_accountant("pld").compose(_event(sigma, n, d, l2, l1, q))  # the ledger's accountant
-    charged = [acc.get_delta(e) for e in EPS]
-    return [f"eps {e}: charged {c:.4g} < true {t:.4g}" for e, c, t in zip(EPS, charged, truth, strict=True)
+    return [(e, float(acc.get_delta(e)), float(t)) for e, t in zip(EPS, truth, strict=True)]
+
+
+def _charged_below_truth(sigma: float, n: int, d: int, l2: float, l1: float, q: float, r: int) -> list[str]:
+    """Where the PLD ledger's delta is below the exact one (empty when sound)."""
+    return [f"eps {e}: charged {c:.4g} < true {t:.4g}" for e, c, t in _charged_and_true(sigma, n, d, l2, l1, q, r)
             if c < t]
 
 
@@ -106,7 +111,11 @@ def test_every_shift_in_the_ball_is_charged_at_least_its_exact_delta(sigma: floa
                                                                      l1: float, q: float, r: int) -> None:
     assert exact_shift(DDG(sigma, n, l2, l1, d), q) is None  # the Gaussian dominance decides, not the 1-D pmf pair
     assert gaussian_dominance(DDG(sigma, n, l2, l1, d)) is not None
-    assert _charged_below_truth(sigma, n, d, l2, l1, q, r) == []
+    rows = _charged_and_true(sigma, n, d, l2, l1, q, r)
+    assert [(e, c, t) for e, c, t in rows if c < t] == []
+    # tightness where delta matters (>= 1e-3): within a factor 2.5 (measured 1.08-1.38 without subsampling, 1.44-1.93
+    # Poisson-subsampled; the kernel v = 1.5 against S = 18 and Delta_2 = 2.5 where integer shifts reach sqrt 6 cost it)
+    assert [(e, c, t) for e, c, t in rows if t >= 1e-3 and c > 2.5 * t] == []
     ev = _event(sigma, n, d, l2, l1, q)
     assert accounting.epsilon(ev, 1e-5, accountant="pld") < accounting.epsilon(ev, 1e-5, accountant="rdp")
 
