@@ -60,9 +60,12 @@ def test_model_file_scores_as_the_job_on_raw_features(algorithm, tmp_path, capsy
     Xraw = np.asarray(ds.X_test, dtype=np.float64)
     if algo.needs_labels:
         assert est.score(Xraw, ds.y_test) == pytest.approx(job_eval["test_accuracy"], abs=1e-12)
-        # a PCA pipeline's job scores low on these sets at small epsilon (satimage 0.23 at epsilon 4): only
-        # the equality with the job's own evaluation is this test's business there
-        assert est.score(Xraw, ds.y_test) > (0.5 if "+" not in algorithm else 1.0 / ds.schema.n_classes)
+        # pca+naive-bayes on satimage at epsilon 4: 0.71 here, 0.68 to 0.80 over six other splits and noise seeds
+        # (all seven: mean 0.75, std 0.04; non-private PCA + GaussianNB 0.83, naive Bayes on the raw features
+        # 0.70); 0.6 is 3.7 std below the mean, a chance failure ~1e-4 under a normal approximation (the noise
+        # here is seeded: the outcome is reproducible). With the old defaults (the PCA clip the box's diameter, the
+        # learner's bounds the box [-C, C]) this job scored 0.43 (0.24-0.43 over seeds): test_pca_pipeline_bounds
+        assert est.score(Xraw, ds.y_test) > (0.6 if algorithm == "pca+naive-bayes" else 0.5)
     elif algorithm == "pca":  # its score is its evaluation's captured variance
         assert est.score(Xraw) == pytest.approx(job_eval["captured_variance"], rel=1e-12)
     else:

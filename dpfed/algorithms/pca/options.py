@@ -17,7 +17,7 @@ PCA_PARAMS = (
     Param("k", int, 2, lo=1, hi=MAX_FEATURES, help="number of principal components (default 2)"),
     Param("clip", float, None, lo=0.0, lo_open=True, hi=1e9, optional=True,
           help="PCA clip norm of a record around the noisy mean, in units of the largest public feature range "
-               "(default: the public box's diameter, no record clipped)"),
+               "(default: a quarter of the public box's diameter)"),
     Param("mean_clip", float, None, lo=0.0, lo_open=True, hi=1e9, optional=True,
           help="PCA clip norm of a record around the origin for the noisy mean (default: the box's radius)"),
     Param("origin", str, "midpoint", choices=ORIGINS,
@@ -72,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=PARAMS.get("mean_weight").help)
     parser.add_argument("--pca-share", type=float, default=None, metavar="F",
                         help="with --pca and another learner: the PCA step's share of epsilon and delta (default 0.25)")
+    parser.add_argument("--pca-bound", type=float, default=None, metavar="S",
+                        help="with --pca and another learner: a projected component's public bound in its released "
+                             "standard deviations (default 3)")
     parser.add_argument("--noise", choices=PARAMS.get("noise").choices, default="local", help=PARAMS.get("noise").help)
 
 

@@ -18,10 +18,13 @@ from dpfed.algorithms.pipeline.coordinator import PipelineCoordinator, pipeline_
 from dpfed.algorithms.pipeline.party import PipelineParty, SecurePipelineParty
 from dpfed.data.schema import Schema
 
-__all__ = ["compose", "PipelineTable", "SHARE", "project_released", "released_learner"]
+__all__ = ["compose", "PipelineTable", "SHARE", "BOUND", "project_released", "released_learner"]
 
 SHARE = Param("pca_share", float, ps.DEFAULT_SHARE, lo=0.0, lo_open=True, hi=1.0, hi_open=True,
               help=f"share of epsilon and delta for the PCA step of a pipeline (default {ps.DEFAULT_SHARE:g})")
+BOUND = Param("pca_bound", float, ps.DEFAULT_BOUND, lo=0.0, lo_open=True, hi=1e6,
+              help="a projected component's public bound in its released standard deviations; larger than "
+                   f"pca_clip means none (default {ps.DEFAULT_BOUND:g})")
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class PipelineTable(ParamTable):
         if "pca_k" not in params:
             raise TaskRejected(f"{name} needs 'pca_k', the number of principal components")
         share = SHARE.check(params.get("pca_share", ps.DEFAULT_SHARE), name)
+        bound = BOUND.check(params.get("pca_bound", ps.DEFAULT_BOUND), name)
         p = {**params, "pca_share": share}
         if "epsilon" not in p:
             raise TaskRejected(f"{name} parameter 'epsilon' is required")
@@ -46,19 +50,19 @@ class PipelineTable(ParamTable):
         pca = table_for(self.pca).validate(pca, schema, f"{name} (PCA step)")
         sub = ps.projected_schema(schema, pca) if schema is not None else None
         learner = table_for(self.learner).validate(learner, sub, f"{name} ({self.learner.name} step)")
-        out = {**learner, "epsilon": p["epsilon"], "delta": p.get("delta", 0.0), "pca_share": share}
+        out = {**learner, "epsilon": p["epsilon"], "delta": p.get("delta", 0.0), "pca_share": share, "pca_bound": bound}
         out.update({f"pca_{k}": pca[k] for k in ps.PCA_KEYS if k in pca})
         return out
 
 
 def project_released(model: Mapping[str, np.ndarray], X: np.ndarray, schema: Schema) -> np.ndarray:
-    """Held-out records projected with the released PCA step (``pca_center``, ``pca_components``, ``pca_clip``),
-    as a party projects its own."""
+    """Held-out records projected with the released PCA step (``pca_center``, ``pca_components``, ``pca_clip``,
+    ``pca_bounds``), as a party projects its own."""
     k = np.asarray(model["pca_components"]).shape[0]
     params = {"epsilon": 1.0, "delta": 0.5, "pca_k": k, "pca_clip": float(np.asarray(model["pca_clip"]))}
     spec = JobSpec("evaluate", str(np.asarray(model.get("pipeline", ps.PREFIX))), params, schema)
-    task = Task("evaluate", ps.ROUNDS, "evaluate", arrays={"pca_center": np.asarray(model["pca_center"]),
-                                                            "pca_components": np.asarray(model["pca_components"])})
+    arrays = {key: np.asarray(model[key]) for key in ps.ARRAYS if key in model}  # no pca_bounds: an older model
+    task = Task("evaluate", ps.ROUNDS, "evaluate", arrays=arrays)
     return ps.project(spec, task, schema.validate(X, clip_numeric=True))
 
 
@@ -82,6 +86,8 @@ def _params_from_args(learner: Algorithm, args: argparse.Namespace) -> dict[str,
     """The learner's options (calibrated for its share of the budget) plus the PCA step's ``pca_*``."""
     share = getattr(args, "pca_share", None) or ps.DEFAULT_SHARE
     out: dict[str, Any] = {"pca_share": share}
+    if getattr(args, "pca_bound", None) is not None:
+        out["pca_bound"] = args.pca_bound
     if learner.params_from_args is not None:
         ns = vars(args).copy()
         if getattr(args, "epsilon", None) is not None:
@@ -109,5 +115,5 @@ def compose(pca: Algorithm, learner: Algorithm) -> Algorithm:
                      coordinator=partial(_coordinator, pca, learner), evaluate=partial(_evaluate, learner),
                      params_from_args=partial(_params_from_args, learner), default_delta=learner.default_delta,
                      needs_labels=learner.needs_labels, label_kind=learner.label_kind, combine=partial(pipeline_combine, pca, learner),
-                     params=PipelineTable((SHARE,), pca=pca, learner=learner), secure=secure,
+                     params=PipelineTable((SHARE, BOUND), pca=pca, learner=learner), secure=secure,
                      estimator="dpfed.algorithms.pipeline.estimator:DPPCAPipeline" if learner.estimator else None)

@@ -1,5 +1,6 @@
 """The coordinator half of a PCA pipeline job: PCA's coordinator for rounds 0 and 1, then the learner's on
-the projected records, every learner task carrying the PCA model (:func:`.spec.wrap_task`)."""
+the projected records, every learner task carrying the PCA model and the projected features' bounds
+(:func:`.spec.wrap_task`, :func:`.spec.component_bounds`)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -22,6 +23,7 @@ class PipelineCoordinator(CoordinatorAlgorithm):
         self.pca = pca.coordinator(ps.pca_spec(spec), parties)
         self.learner: CoordinatorAlgorithm | None = None
         self.pca_model: dict[str, np.ndarray] | None = None
+        self.bounds: np.ndarray | None = None       # the projected features' bounds, from the released PCA
 
     def next_task(self) -> Task | None:
         if self.pca_model is None:
@@ -29,7 +31,9 @@ class PipelineCoordinator(CoordinatorAlgorithm):
         if self.learner is None:
             self.learner = self.learner_factory(ps.learner_spec(self.spec, self.learner_name), self.parties)
         task = self.learner.next_task()
-        return None if task is None else ps.wrap_task(task, self.pca_model)
+        if self.bounds is None:
+            self.bounds = ps.component_bounds(self.pca_model, float(self.spec.params.get("pca_bound", ps.DEFAULT_BOUND)))
+        return None if task is None else ps.wrap_task(task, self.pca_model, self.bounds)
 
     def absorb(self, task: Task, combined: Aggregate) -> None:
         if task.round < ps.ROUNDS:
@@ -50,6 +54,8 @@ class PipelineCoordinator(CoordinatorAlgorithm):
             raise RuntimeError("the pipeline job has not finished")
         out = self.learner.model()
         out.update({f"pca_{k}": v for k, v in self.pca_model.items() if k != "algorithm"})
+        if self.bounds is not None:
+            out["pca_bounds"] = self.bounds.copy()
         out["pipeline"] = np.array(ps.PREFIX + self.learner_name)
         return out
 
