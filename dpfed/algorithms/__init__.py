@@ -1,6 +1,6 @@
 """Layer 3, algorithms: the party/coordinator contract, the registry, one module per algorithm, and
 the scikit-learn-style estimators (``DPNaiveBayes``, ``DPGLVQ``, ``DPGMLVQ``, ``DPKMeans``, ``DPPCA``,
-``DPLinearRegression``, ``DPRandomForestClassifier``, ``DPLogisticRegression``,
+``DPLinearRegression``, ``DPRandomForestClassifier``, ``DPDecisionTreeClassifier``, ``DPLogisticRegression``,
 ``DPLinearSVM``).
 
 Imports only :mod:`dpfed.core` and :mod:`dpfed.data`; neither grpc nor ray.
@@ -14,10 +14,11 @@ from dpfed.algorithms.registry import add_algorithm_arguments, algorithm_names, 
 
 __all__ = ["get_algorithm", "algorithm_names", "add_algorithm_arguments", "load_model",
            "DPNaiveBayes", "DPGLVQ", "DPGMLVQ", "DPKMeans", "DPPCA", "DPLinearRegression",
-           "DPRandomForestClassifier", "DPLogisticRegression", "DPLinearSVM"]
+           "DPRandomForestClassifier", "DPDecisionTreeClassifier", "DPLogisticRegression", "DPLinearSVM"]
 
 _ESTIMATORS = {"DPNaiveBayes": "naive_bayes", "DPGLVQ": "lvq", "DPGMLVQ": "lvq", "DPKMeans": "kmeans", "DPPCA": "pca",
                "DPLinearRegression": "linear_regression", "DPRandomForestClassifier": "random_forest",
+               "DPDecisionTreeClassifier": "decision_tree",
                "DPLogisticRegression": "linear_models", "DPLinearSVM": "linear_models"}
 
 
