@@ -21,9 +21,10 @@ charge, replayed and later answers, the restored coordinator, the wire). Each pa
 coordinator must not charge again); the stopped daemons exit 0 inside the 2 s grace (not killed).
 Everything started (pods, containers, volumes, the network) is removed, also on failure. Skipped only when no
 podman can run containers here (podman is needed for `kube play`; .ci/run installs it with runc and debootstrap).
-Measured on 2 cores shared with six other engineers' work (load average ~10): 396 s with a warm image cache (the
-three tests: naive Bayes 55 s, logistic regression with the restarts 182 s, compose 110 s; reading the ledgers
-with `dpfed` inside the containers is ~40 s of it).
+Measured on 2 cores shared with six other engineers' work (load average 10 to 14): 396 s with a warm image cache
+(the build 12 s, playing 13 s, the three tests: naive Bayes 55 s, logistic regression with the restarts 182 s,
+compose 110 s; reading the ledgers with `dpfed` inside the containers is ~40 s of it); 798 s cold (no base image,
+wheels or layers: the build 510 s, most of it debootstrap, 3 minutes on an idle host).
 """
 from __future__ import annotations
 
@@ -358,8 +359,9 @@ def test_a_multi_round_job_survives_party_and_coordinator_restarts(federation: F
 def test_compose_runs_the_same_federation(federation: Federation):
     """deploy/compose/compose.yaml (+ compose.small-ulimits.yaml) with podman-compose, the image built above: the
     commands deploy/README.md gives, in a copy of deploy/compose with its own certificates (the coordinator named
-    `coordinator`, the service the parties dial) and data. A naive Bayes job from the host ends done with one
-    charge in each party's ledger; `podman-compose stop -t 2 party-b` stops it with exit status 0 (SIGTERM, inside
+    `coordinator`, the service the parties dial) and data. A secure naive Bayes job from the host (`--noise
+    distributed`, its record bound summed from the parties' registrations) ends done with one charge in each
+    party's ledger; `podman-compose stop -t 2 party-b` stops it with exit status 0 (SIGTERM, inside
     the grace) and `start party-b` brings it back. Everything is removed with `down -v`."""
     from dpfed.federation.certs import init_ca, issue
 
@@ -387,9 +389,13 @@ def test_compose_runs_the_same_federation(federation: Federation):
         _run([*compose, "up", "-d", "--no-build"], fed.env, timeout=300)
         _note(t0, "compose up")
         fed.wait("three parties connected", lambda: fed.connected() == 3)
-        fed.cli("job", "submit", "--algorithm", "naive-bayes", "--epsilon", "1", "--job-id", JOB)
+        # a secure job as documented: --noise distributed, the record bound from the parties' registrations
+        # (public_records = 11000 in each compose party.toml), secure aggregation between the containers
+        fed.cli("job", "submit", "--algorithm", "naive-bayes", "--epsilon", "1", "--noise", "distributed",
+                "--job-id", JOB)
         job = fed.wait("the job to end", lambda: (j := fed.job()) and j["state"] not in ACTIVE and j)
-        assert job["state"] == "done", job
+        assert job["state"] == "done" and job["summary"]["secure_aggregation"] is True, job
+        assert job["params"]["records"] == 3 * 11000, job["params"]
         fed.cli("model", "get", JOB, "-o", str(d / "model.npz"))
         for p, ledger in fed.ledgers(container=container).items():
             assert [c["job"] for c in ledger["charges"]] == [JOB], (p, ledger["charges"])
