@@ -16,7 +16,8 @@ _COMMAND_MODULES = (
     "dpfed.cli.privacy",      # dpfed privacy epsilon|noise
     "dpfed.cli.simulate",     # dpfed simulate
     "dpfed.cli.schema",       # dpfed schema template
-    "dpfed.cli.coordinator",        # dpfed coordinator serve, status, job submit, model get, certs
+    "dpfed.cli.coordinator",        # dpfed coordinator serve, status, job submit, model get
+    "dpfed.cli.certs",              # dpfed certs
     "dpfed.cli.party",              # dpfed party serve
     "dpfed.cli.stats",              # dpfed stats
 )
@@ -30,11 +31,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} -h)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: commands whose module imports little: a command line starting with one builds only that module's parser
+#: (the others import every learner and the accountants, about 2 s of CPU per process)
+_LIGHT_COMMANDS = {"certs": "dpfed.cli.certs"}
+
+
+def build_parser(modules: Sequence[str] = _COMMAND_MODULES) -> argparse.ArgumentParser:
     parser = _Parser(prog="dpfed", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"dpfed {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMAND_MODULES:
+    for name in modules:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -75,7 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     its traceback."""
     from dpfed.core.errors import DpfedError
 
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    light = _LIGHT_COMMANDS.get(argv[0]) if argv else None
+    parser = build_parser((light,) if light else _COMMAND_MODULES)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -73,7 +73,8 @@ def test_k8s_configmaps_hold_valid_configs(tmp_path):
 
 
 def test_compose_demo_configs_run_a_job(tmp_path, capsys, adult):
-    env = dict(os.environ)
+    # the script calls `dpfed`: this interpreter's console script (no version-manager shim in between)
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     data, certs = tmp_path / "data", tmp_path / "certs"
     subprocess.run([sys.executable, str(DEPLOY / "compose/make_demo_data.py"), str(data)], check=True,
                    capture_output=True)
