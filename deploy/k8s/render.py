@@ -103,7 +103,7 @@ def _toml_set(text: str, key: str, value: str) -> str:
 
 
 def party(name: str, address: str, schema: Path, data: str, seed: int | None, secrets_as_volumes: bool = False,
-          no_claims: bool = False) -> str:
+          no_claims: bool = False, public_records: int | None = None) -> str:
     docs = _load("party.yaml")
     if no_claims:
         docs = [d for d in docs if d["kind"] != "PersistentVolumeClaim"]
@@ -117,6 +117,8 @@ def party(name: str, address: str, schema: Path, data: str, seed: int | None, se
                 toml = _toml_set(toml, key, value)
             if seed is not None:
                 toml = _toml_set(toml, "seed", str(seed))
+            if public_records is not None:  # PUBLIC: the bound this site agrees to publish (party/config.py)
+                toml = _toml_set(toml, "public_records", str(public_records))
             d["data"]["party.toml"] = toml
             d["data"]["schema.json"] = json.dumps(json.loads(schema.read_text()), indent=1) + "\n"
         if d["kind"] == "Deployment":
@@ -150,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--schema", type=Path, required=True, help="the public schema (JSON)")
     p.add_argument("--data", required=True, help="the data file's path inside the container (/data/...)")
     p.add_argument("--seed", type=int, help="TESTS ONLY: reproducible noise (no privacy)")
+    p.add_argument("--public-records", type=int, metavar="N",
+                   help="a PUBLIC bound on the party's record count, sent with its registration (party.toml "
+                        "public_records): `dpfed job submit --noise distributed` without --records sums them")
     for sp in (c, p):
         sp.add_argument("--secrets-as-volumes", action="store_true",
                         help="podman 4.3: mount the certificates from named volumes instead of Secrets")
@@ -161,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     elif a.what == "coordinator":
         out = coordinator(a.host_port, a.secrets_as_volumes, a.no_claims)
     else:
-        out = party(a.name, a.coordinator, a.schema, a.data, a.seed, a.secrets_as_volumes, a.no_claims)
+        out = party(a.name, a.coordinator, a.schema, a.data, a.seed, a.secrets_as_volumes, a.no_claims,
+                    a.public_records)
     sys.stdout.write(out)
     return 0
 

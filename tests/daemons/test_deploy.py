@@ -72,6 +72,23 @@ def test_k8s_configmaps_hold_valid_configs(tmp_path):
     assert tomllib.loads(cm["data"]["party.toml"])["ledger"].startswith("/state")
 
 
+def test_render_writes_a_party_toml_with_its_public_record_bound(tmp_path, capsys):
+    """deploy/k8s/render.py party ... --public-records N: the ConfigMap's party.toml loads (strict types) with it."""
+    import runpy
+
+    from dpfed.data.schema import Schema
+    from party.config import PartyConfig
+
+    (tmp_path / "schema.json").write_text(Schema.numeric_box(2, 0.0, 1.0, n_classes=2).to_json())
+    render = runpy.run_path(str(DEPLOY / "k8s/render.py"), run_name="render")["main"]
+    assert render(["party", "site-a", "--coordinator", "coord:50051", "--schema", str(tmp_path / "schema.json"),
+                   "--data", "/data/x.npz", "--public-records", "500"]) == 0
+    cm = next(d for d in yaml.safe_load_all(capsys.readouterr().out) if d and d["kind"] == "ConfigMap")
+    (tmp_path / "party.toml").write_text(cm["data"]["party.toml"].replace("/etc/dpfed/", f"{tmp_path}/"))
+    cfg = PartyConfig.load(tmp_path / "party.toml")
+    assert cfg.name == "site-a" and cfg.public_records == 500
+
+
 def test_compose_demo_configs_run_a_job(tmp_path, capsys, adult):
     # the script calls `dpfed`: this interpreter's console script (no version-manager shim in between)
     env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
