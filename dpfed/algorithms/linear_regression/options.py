@@ -27,7 +27,7 @@ PARAMS = ParamTable((
 
 def check_params(p: dict[str, Any], schema: Schema | None) -> None:
     if p["method"] == "adassp" and p["delta"] <= 0:
-        raise TaskRejected("linear-regression method adassp adds Gaussian noise: it needs 'delta' in (0, 1); use "
+        raise TaskRejected("linear-regression method adassp adds Gaussian noise: it needs 'delta' in (0, 0.001]; use "
                            "method functional for delta 0")
     if p["noise"] == "distributed":
         if not sn.is_secure(p):

@@ -40,7 +40,7 @@ def check_params(p: dict[str, Any], schema: Schema | None) -> None:
             raise TaskRejected("naive Bayes distributed noise adds discrete Gaussian shares: it needs 'delta' > 0 "
                                "and mechanism auto or gaussian")
     if p["mechanism"] == "gaussian" and p["delta"] <= 0:
-        raise TaskRejected("naive Bayes parameter 'mechanism' gaussian needs 'delta' in (0, 1); use laplace for "
+        raise TaskRejected("naive Bayes parameter 'mechanism' gaussian needs 'delta' in (0, 0.001]; use laplace for "
                            "delta 0")
     if schema is not None:
         if schema.n_classes < 1:

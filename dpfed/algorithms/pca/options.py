@@ -35,7 +35,7 @@ PARAMS = ParamTable((EPSILON, delta_param(1e-6), *PCA_PARAMS, noise_param(), *sn
 
 def check_params(p: dict[str, Any], schema: Schema | None) -> None:
     if p["delta"] <= 0:
-        raise TaskRejected("PCA adds Gaussian noise: it needs 'delta' in (0, 1)")
+        raise TaskRejected("PCA adds Gaussian noise: it needs 'delta' in (0, 0.001]")
     if p["noise"] == "distributed" and not sn.is_secure(p):
         raise TaskRejected("PCA distributed noise runs only under secure aggregation (secure_aggregation = true)")
     if schema is not None:

@@ -58,7 +58,7 @@ def check_params(p: dict[str, Any], schema: Schema | None) -> None:
             raise TaskRejected("random forest distributed noise adds discrete Gaussian shares: it needs 'delta' > 0 "
                                "and mechanism auto or gaussian")
     if p["mechanism"] == "gaussian" and p["delta"] <= 0:
-        raise TaskRejected("random forest parameter 'mechanism' gaussian needs 'delta' in (0, 1); use laplace for "
+        raise TaskRejected("random forest parameter 'mechanism' gaussian needs 'delta' in (0, 0.001]; use laplace for "
                            "delta 0")
     feats = p.get("features")
     if feats is not None and (not feats or not all(isinstance(f, str) for f in feats)):

@@ -40,7 +40,7 @@ def check_params(p: dict[str, Any], schema: Schema | None) -> None:
             raise TaskRejected("statistics distributed noise runs only under secure aggregation "
                                "(secure_aggregation = true)")
     if p["mechanism"] == "gaussian" and p["delta"] <= 0:
-        raise TaskRejected("statistics mechanism gaussian needs 'delta' in (0, 1); use laplace for delta 0")
+        raise TaskRejected("statistics mechanism gaussian needs 'delta' in (0, 0.001]; use laplace for delta 0")
     try:
         if p.get("queries") is not None:
             parse_queries(p["queries"], p.get("group_by"))
