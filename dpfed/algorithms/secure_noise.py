@@ -35,7 +35,8 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from fractions import Fraction
+from typing import Any, Callable, Mapping
 
 from dp_accounting import DpEvent, dp_event
 
@@ -294,18 +295,22 @@ def rdp_pure_epsilon(eps: float, delta: float) -> float:
 
 
 def integer_laplace_release(epsilon: float, delta: float, *, honest: int, parties: int, floor_bits: int,
-                            vectors: int, l1: int, l2: float, dimension: int, entry_max: float
+                            vectors: int, l1: int, l2: float, dimension: int, entry_max: float,
+                            polya: Callable[[float], PolyaNoisePlan] | None = None
                             ) -> tuple[PolyaNoisePlan, dn.DistributedNoisePlan, DpEvent]:
     """The distributed discrete Laplace of one integer release with exact sensitivities ``l1`` (integer) and
     ``l2`` (:mod:`dpfed.core.distributed_laplace`): ``honest`` = P_min - c Polya shares summing to the discrete
-    Laplace of scale (l1 + 1) / e, e = :func:`rdp_pure_epsilon` (epsilon, delta); the noise plan with the fewest
-    bits >= ``floor_bits`` holding ``entry_max`` plus the tail of all ``parties`` shares (its ``sigma_share`` is
-    one share's standard deviation, informational); the charged event ``DiscreteLaplaceDpEvent(e, 1)``. A
+    Laplace of scale (l1 + 1) / e, e = :func:`rdp_pure_epsilon` (epsilon, delta) (or the plan ``polya(e)`` gives,
+    e.g. per-block scales of pure epsilon <= e); the noise plan with the fewest bits >= ``floor_bits`` holding
+    ``entry_max`` plus the tail of all ``parties`` shares (its ``sigma_share`` is one share's standard deviation at
+    the largest scale, informational); the charged event ``DiscreteLaplaceDpEvent(e, 1)``. A
     :class:`SecurePlan` takes the first two (``laplace=``, ``noise=``, ``integer=True``, ``l1=l1``)."""
     e = rdp_pure_epsilon(epsilon, delta)
-    polya = PolyaNoisePlan(polya_scale(int(l1), e), int(honest))
-    bits = polya_bits(floor_bits, entry_max, polya, int(parties), int(dimension), WRAP_PROBABILITY)
+    plan = PolyaNoisePlan(polya_scale(int(l1), e), int(honest)) if polya is None else polya(e)
+    if Fraction(plan.epsilon(l1)) > Fraction(e):
+        raise ValueError("the Polya noise plan spends more than its pure epsilon")
+    bits = polya_bits(floor_bits, entry_max, plan, int(parties), int(dimension), WRAP_PROBABILITY)
     noise = dn.DistributedNoisePlan(dimension=int(dimension), clip=float(l2), gamma=1.0, bits=bits,
-                                    sigma_share=max(0.5, math.sqrt(polya.share_variance())),
+                                    sigma_share=max(0.5, math.sqrt(plan.share_variance())),
                                     honest_parties=int(honest), parties=int(parties), vectors=int(vectors))
-    return polya, noise, dp_event.DiscreteLaplaceDpEvent(e, 1)
+    return plan, noise, dp_event.DiscreteLaplaceDpEvent(e, 1)

@@ -6,6 +6,10 @@ record moves the survivors' integer sum by at most ``l1`` in L1, so the release 
 noise: post-processing). Charged as the randomized-response pair ``DiscreteLaplaceDpEvent(epsilon, 1)``, which
 dominates every epsilon-DP mechanism (Kairouz, Oh & Viswanath 2015), the event the local discrete Laplace
 releases of dpfed are charged with too; both ledgers (PLD and RDP) account it.
+
+A plan may give each block of the vector its own scale (:attr:`PolyaNoisePlan.blocks`: runs of entries, each
+with its scale t_b and its L1 sensitivity l1_b): the honest shares then sum to independent discrete Laplace
+noise per block, and the release is pure sum_b l1_b / t_b (basic composition of pure DP).
 """
 from __future__ import annotations
 
@@ -39,15 +43,25 @@ class PolyaNoisePlan:
 
     scale: Fraction
     shares: int
+    #: Per-block scales (module docstring): (entries, scale t_b, L1 sensitivity l1_b) runs covering the vector in
+    #: order; ``scale`` is then their largest (the modulus' tail bound). Empty: ``scale`` on every entry.
+    blocks: tuple[tuple[int, Fraction, int], ...] = ()
 
     def __post_init__(self) -> None:
         if not (isinstance(self.scale, Fraction) and self.scale > 0 and self.shares >= 1):
             raise ValueError("a Polya noise plan needs a positive rational scale and shares >= 1")
+        if self.blocks and (any(n < 1 or not (isinstance(t, Fraction) and 0 < t <= self.scale) or int(b) != b or b < 1
+                                for n, t, b in self.blocks) or max(t for _, t, _ in self.blocks) != self.scale):
+            raise ValueError("per-block Polya scales need entries >= 1, integer l1 >= 1 and the largest as `scale`")
 
     def epsilon(self, l1: float) -> float:
-        """The pure epsilon l1 / scale of a release of L1 sensitivity ``l1``, as the smallest float not below the
-        exact rational."""
-        exact = Fraction(float(l1)) / self.scale
+        """The pure epsilon l1 / scale of a release of L1 sensitivity ``l1`` (per-block: sum_b l1_b / t_b times
+        l1 / sum_b l1_b, 1 for the plan's own L1), as the smallest float not below the exact rational."""
+        if self.blocks:  # an ``l1`` other than the blocks' sum scales every block's sensitivity alike
+            exact = sum((Fraction(b) / t for _, t, b in self.blocks), Fraction(0))
+            exact *= Fraction(float(l1)) / sum(b for _, _, b in self.blocks)
+        else:
+            exact = Fraction(float(l1)) / self.scale
         e = float(exact)
         return e if Fraction(e) >= exact else float(np.nextafter(e, np.inf))
 
@@ -59,7 +73,8 @@ class PolyaNoisePlan:
         return dp_event.DiscreteLaplaceDpEvent(noise_parameter=self.epsilon(l1), sensitivity=1)
 
     def share_variance(self) -> float:
-        """Variance of one party's share (``shares`` of them: the discrete Laplace's variance)."""
+        """Variance of one party's share (``shares`` of them: the discrete Laplace's variance) at ``scale`` (the
+        largest block's)."""
         return polya_share_variance(self.scale, self.shares)
 
     def add_noise_mod(self, values: np.ndarray, bits: int, rng: SecureRNG) -> np.ndarray:
@@ -67,7 +82,12 @@ class PolyaNoisePlan:
         values = np.asarray(values)
         if values.dtype.kind not in "iu":
             raise TypeError("the distributed discrete Laplace takes integer values")
-        noise = sample_polya_share(self.scale, self.shares, values.shape, rng)
+        if self.blocks:
+            if values.shape != (sum(n for n, _, _ in self.blocks),):
+                raise ValueError("a per-block Polya plan takes one vector of its blocks' entries")
+            noise = np.concatenate([sample_polya_share(t, self.shares, n, rng) for n, t, _ in self.blocks])
+        else:
+            noise = sample_polya_share(self.scale, self.shares, values.shape, rng)
         noise += values.astype(np.int64, copy=False)
         noise &= (1 << int(bits)) - 1
         wrapped: np.ndarray = noise.view(np.uint64)

@@ -65,6 +65,7 @@ __all__ = [
     "laplace",
     "gaussian",
     "discrete_laplace",
+    "discrete_laplace_scale",
     "discrete_gaussian",
     "rounded_gaussian",
     "float_gaussian",
@@ -139,6 +140,14 @@ def _dlap_scale(sens: int, epsilon: float) -> Fraction:
     if sens <= _EXACT_DLAP_MAX_S:
         return laplace_fraction(1 / Fraction(_float_at_most(eps / sens)))
     return laplace_fraction((sens + 1) * Fraction(_float_at_least(1 / eps)))
+
+
+def discrete_laplace_scale(sensitivity: int, epsilon: float) -> Fraction:
+    """The rational scale :func:`discrete_laplace` uses for integer L1 ``sensitivity`` at ``epsilon``: S / epsilon
+    up to S = 4096, (S + 1) / epsilon above, rounded up so that S / scale <= epsilon exactly."""
+    if int(sensitivity) != sensitivity or sensitivity < 1:
+        raise ValueError("discrete_laplace_scale needs a positive integer sensitivity")
+    return _dlap_scale(int(sensitivity), positive(epsilon, "epsilon"))
 
 
 def discrete_laplace(value: ArrayLike, *, sensitivity: int, epsilon: float, rng: SecureRNG) -> Release:

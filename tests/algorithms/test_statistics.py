@@ -51,6 +51,18 @@ def _pld_eps(event, delta: float) -> float:
     return acc.get_epsilon(delta)
 
 
+def _dlap_pvalue(a: np.ndarray, t: float) -> float:
+    """Chi-square p-value of |noise| ``a`` against |X|, X the discrete Laplace of scale ``t``: P(|X| = 0) =
+    (1 - q) / (1 + q), P(|X| = k) = 2 (1 - q) q^k / (1 + q), q = e^(-1/t); cells at up to 20 quantiles of ``a``."""
+    from scipy import stats
+
+    q = math.exp(-1 / t)
+    e = np.unique(np.quantile(a, np.linspace(0, 1, 21)[1:-1]).astype(np.int64))
+    F = np.concatenate([[0.0], 1 - 2 * q ** (e + 1) / (1 + q), [1.0]])
+    obs = np.bincount(np.searchsorted(e, a, side="left"), minlength=len(e) + 1)
+    return float(stats.chisquare(obs, np.diff(F) * len(a)).pvalue)
+
+
 # ------------------------------------------------------------------------------------------ the plan
 
 def test_blocks_are_counted_independently():
@@ -77,10 +89,23 @@ def test_local_plan_equals_an_event_built_here(eps, delta, mech):
         z = job.noise_multiplier
         assert _pld_eps(dpa.GaussianDpEvent(z), delta) <= eps < _pld_eps(dpa.GaussianDpEvent(z * (1 - 3e-4)), delta)
         assert plan.l2 == pytest.approx(math.sqrt(m) * plan.weights[0])
-        assert plan.noise == pytest.approx(z * plan.l2, rel=1e-9)
-    else:  # pure epsilon-DP: the randomized-response pair, Laplace scale (L1 + 1) / eps on m equal weights
+        assert np.all(plan.noise == pytest.approx(z * plan.l2, rel=1e-9))
+    else:  # pure epsilon-DP: the randomized-response pair; each level of each block an eps / m discrete Laplace
         assert job == DiscreteLaplaceDpEvent(eps, 1)
-        assert plan.l1 == m * plan.weights[0] and plan.noise == pytest.approx((plan.l1 + 1) / eps)
+        layout = statistics.job_layout(spec)
+        W = 1 << 16  # moments blocks (the first two) on the 2^16 grid, count blocks in whole counts
+        kinds = [b.kind for b in layout.blocks]
+        assert kinds[:2] == ["moments", "moments"] and "moments" not in kinds[2:]
+        assert plan.weights.tolist() == [W, W] + [1] * 5 and plan.l1 == 2 * W + 6
+        # scale m / eps for a count level (sensitivity 1), (W + 1) m / eps for a moments level (as the
+        # library's discrete_laplace does above sensitivity 4096), each rounded up to a denominator <= 2^20
+        want = [Fraction(W + 1) * m / Fraction(eps)] * 2 + [Fraction(m) / Fraction(eps)] * 5
+        for t, w in zip(plan.scales, want, strict=True):
+            assert w <= t <= w + Fraction(1, 1 << 20)
+        rows = zip(layout.levels, plan.weights, plan.scales, strict=True)
+        assert sum(Fraction(h * int(w)) / t for h, w, t in rows) <= eps
+        q = math.exp(-eps / m)
+        assert plan.entry_variance(2) == pytest.approx(2 * q / (1 - q) ** 2, rel=1e-9)
 
 
 def _secure_spec(mech: str = "auto", eps: float = 1.0, queries=QUERIES) -> JobSpec:
@@ -108,10 +133,11 @@ def test_secure_plan_equals_an_event_built_here():
 
 @pytest.mark.parametrize("eps", [0.1, 1.0])
 def test_secure_laplace_plan_equals_an_event_built_here(eps):
-    """Distributed discrete Laplace: P_min - c = 3 honest Polya shares summing to the discrete Laplace of scale
-    (L1 + 1) / eps on the full 2^16 grid (8 levels: L1 = 8 W); charged as the pure-epsilon randomized-response
-    pair; the secure plan's own event is the exact pure epsilon L1 / scale <= eps; ``auto`` picks the smaller
-    per-entry variance of this and the distributed Gaussian (built here)."""
+    """Distributed discrete Laplace: P_min - c = 3 honest Polya shares per block summing to that block's discrete
+    Laplace: each of the 8 levels at e / 8, scale 8 / e for whole counts (sensitivity 1 per level), (W + 1) 8 / e on
+    the 2^16 grid of the two moments blocks; charged as the pure-epsilon randomized-response pair; the secure plan's
+    own event is the exact pure epsilon sum_b h_b W_b / t_b <= e; ``auto`` picks the smaller per-entry variance of
+    the first block under this and the distributed Gaussian (built here)."""
     spec = _secure_spec("laplace", eps)
     half = get_algorithm("statistics").party_for(spec.params)
     job = half.job_event(spec)
@@ -120,63 +146,70 @@ def test_secure_laplace_plan_equals_an_event_built_here(eps):
     assert accounting.epsilon(job, 1e-5, accountant="rdp") <= eps
     assert accounting.epsilon(DiscreteLaplaceDpEvent(e * (1 + 1e-6), 1), 1e-5, accountant="rdp") > eps
     assert 0.96 * eps < e <= eps
-    plan = statistics.plan_release(spec)
+    plan, layout = statistics.plan_release(spec), statistics.job_layout(spec)
     sec = half.plan(spec, TASK)
     W = 1 << 16
-    assert plan.mechanism == "ddlaplace" and plan.weights.tolist() == [W] * 7 and plan.l1 == 8 * W
-    t = Fraction(8 * W + 1) / Fraction(e)  # the scale, as a rational rounded up to a small denominator
-    assert sec.laplace.scale >= t and float(sec.laplace.scale) == pytest.approx(float(t), rel=1e-6)
-    assert sec.laplace.shares == 3 and sec.integer and sec.l1 == 8 * W
+    assert plan.mechanism == "ddlaplace" and plan.weights.tolist() == [W, W] + [1] * 5 and plan.l1 == 2 * W + 6
+    assert [bl.kind for bl in layout.blocks][:2] == ["moments", "moments"]
+    want = [Fraction(W + 1) * 8 / Fraction(e)] * 2 + [Fraction(8) / Fraction(e)] * 5
+    assert [bl.offset for bl in layout.blocks] == np.cumsum([0] + [bl.size for bl in layout.blocks])[:-1].tolist()
+    assert [(n, b) for n, _, b in sec.laplace.blocks] == [(bl.size, bl.levels * int(w))
+                                                          for bl, w in zip(layout.blocks, plan.weights, strict=True)]
+    for (_, t, _), w in zip(sec.laplace.blocks, want, strict=True):
+        assert w <= t <= w + Fraction(1, 1 << 20)  # rounded up to a rational of denominator <= 2^20
+    assert sec.laplace.shares == 3 and sec.integer and sec.l1 == 2 * W + 6
     ev = sec.event()  # the release's own pure epsilon, within the charged one
     assert isinstance(ev, DiscreteLaplaceDpEvent) and ev.sensitivity == 1
-    assert Fraction(8 * W) / sec.laplace.scale <= Fraction(ev.noise_parameter) <= Fraction(e)
-    q = math.exp(-1 / float(t))
-    assert plan.noise_var * 3 == pytest.approx(2 * q / (1 - q) ** 2, rel=1e-5)  # 3 shares: one discrete Laplace
+    exact = sum(Fraction(bl.levels * int(w)) / t for bl, w, (_, t, _) in zip(layout.blocks, plan.weights,
+                                                                                sec.laplace.blocks, strict=True))
+    assert exact <= Fraction(ev.noise_parameter) <= Fraction(e)
+    for b, w in enumerate(want):
+        q = math.exp(-1 / float(w))
+        assert plan.noise_var[b] * 3 == pytest.approx(2 * q / (1 - q) ** 2, rel=1e-5)  # 3 shares: one discrete Laplace
     auto = statistics.plan_release(_secure_spec("auto", eps))
     gauss = statistics.plan_release(_secure_spec("gaussian", eps))
-    lap_var, gauss_var = 2 * q / (1 - q) ** 2 / W ** 2, 3 * gauss.noise ** 2 / float(gauss.weights[0]) ** 2
+    q = math.exp(-1 / float(want[0]))
+    lap_var, gauss_var = 2 * q / (1 - q) ** 2 / W ** 2, 3 * gauss.noise[0] ** 2 / float(gauss.weights[0]) ** 2
     assert auto.mechanism == ("ddlaplace" if lap_var <= gauss_var else "ddgauss")
     assert (auto.mechanism == "ddlaplace") == (eps == 1.0)  # 8 levels: L1 = 8 W against L2 = sqrt(8) W
 
 
 def test_secure_laplace_noise_in_the_parties_answers_is_the_discrete_laplace():
     """Three honest parties' actual secure answers (the real encoder: integer vector + one Polya share mod 2^B)
-    summed mod 2^B and decoded, minus the noiseless sum (party_statistics, checked against NumPy above): the
-    discrete Laplace of the plan's scale, by a chi-square test of |noise| against the law of |X| (false alarm
-    1e-4), over 12 jobs x ~1,300 entries; the same test rejects a discrete Laplace of half the scale (power)."""
-    from scipy import stats
-
+    summed mod 2^B and decoded, minus the noiseless sum (party_statistics, checked against NumPy above): block by
+    block, the discrete Laplace of that block's planned scale (m = 3 levels at e / 3: 3 / e for whole counts,
+    (2^16 + 1) 3 / e for the moments block; e built here from the charged event), by the chi-square test of
+    |noise| (p > 1e-4 per block: false alarm < 3e-4 over the 3 blocks), over 12 jobs; the same test rejects the
+    500-bin histogram's noise drawn at half its scale (power)."""
     from dpfed.core.distributed_noise import decode_integers, modular_sum
     from dpfed.core.polya import sample_polya_share
     from dpfed.federation.secure_session import encode_rows
 
     X, y = _data(300)
-    spec = _spec(1.0, 1e-6, "auto", queries=["histogram:u:bins=400", "mean:v", "histogram:a", "count"],
+    spec = _spec(1.0, 1e-6, "laplace", queries=["histogram:u:bins=500", "mean:v", "histogram:a", "count"],
                  noise="distributed", secure_aggregation=True, roster=["p0", "p1", "p2", "p3"], records=2000,
                  min_survivors=4, colluders=1)
     half = get_algorithm("statistics").party_for(spec.params)
-    sec = half.plan(spec, TASK)
+    sec, layout = half.plan(spec, TASK), statistics.job_layout(spec)
+    e = half.job_event(spec).noise_parameter
     parts = [(X[i::3], y[i::3]) for i in range(3)]
     weights = statistics.plan_release(spec).weights
-    exact = sum(statistics.party_statistics(x, t, statistics.job_layout(spec), weights, SCHEMA) for x, t in parts)
+    exact = sum(statistics.party_statistics(x, t, layout, weights, SCHEMA) for x, t in parts)
     resid = []
     for j in range(12):
         msgs = [encode_rows(half.rows(spec, TASK, x, t, None), sec, SecureRNG.from_seed(f"s{j}-{i}"))
                 for i, (x, t) in enumerate(parts)]
         resid.append(decode_integers(modular_sum(np.stack(msgs), sec.noise.bits), sec.noise.bits) - exact)
-    resid = np.abs(np.concatenate(resid))
-    q = math.exp(-1 / float(sec.laplace.scale))
-
-    def pvalue(a):  # |X| of the discrete Laplace: P(0) = (1 - q) / (1 + q), P(k) = 2 (1 - q) q^k / (1 + q)
-        e = np.unique(np.quantile(a, np.linspace(0, 1, 21)[1:-1]).astype(np.int64))
-        F = np.concatenate([[0.0], 1 - 2 * q ** (e + 1) / (1 + q), [1.0]])
-        obs = np.bincount(np.searchsorted(e, a, side="left"), minlength=len(e) + 1)
-        return stats.chisquare(obs, np.diff(F) * len(a)).pvalue
-
-    assert resid.size > 12_000 and pvalue(resid) > 1e-4
-    planted = np.abs(sum(sample_polya_share(sec.laplace.scale / 2, 3, resid.size, SecureRNG.from_seed(f"b{i}"))
+    resid = np.abs(np.stack(resid))
+    assert sorted(bl.kind for bl in layout.blocks) == ["hist", "hist", "moments"]
+    for b, bl in enumerate(layout.blocks):
+        t = 3 / e * ((1 << 16) + 1 if bl.kind == "moments" else 1)
+        assert float(sec.laplace.blocks[b][1]) == pytest.approx(t, rel=1e-6)
+        assert _dlap_pvalue(resid[:, bl.offset:bl.offset + bl.size].ravel(), t) > 1e-4, bl
+    (big,) = [bl for bl in layout.blocks if bl.bins == 500]
+    planted = np.abs(sum(sample_polya_share(1.5 / e, 3, 12 * big.size, SecureRNG.from_seed(f"b{i}"))
                          for i in range(3)))
-    assert pvalue(planted) < 1e-4
+    assert _dlap_pvalue(planted, 3 / e) < 1e-4
 
 
 def test_secure_outlier_moves_the_rows_by_at_most_the_planned_l1():
@@ -225,7 +258,7 @@ def test_party_statistics_before_noise_equal_numpy_on_clamped_records():
         assert qv.lower[g] <= true <= qv.upper[g] and qv.upper[g] - qv.lower[g] <= 10 / 256 + 1e-12
     # the quantile tree's blocks: leaves = NumPy's 256-bin histogram, level 1 = sums of 16 consecutive leaves
     (tb,) = [bl for bl in layout.blocks if bl.kind == "tree"]
-    nodes = vec[tb.offset:tb.offset + tb.size].reshape(3, 272) // int(plan.weights[0])
+    nodes = vec[tb.offset:tb.offset + tb.size].reshape(3, 272) // int(plan.weights[layout.blocks.index(tb)])
     for g in range(3):
         leaves = np.histogram(v[a == g], 256, (-5, 5))[0]
         np.testing.assert_array_equal(nodes[g], np.concatenate([leaves, leaves.reshape(16, 16).sum(axis=1)]))
@@ -257,23 +290,57 @@ def test_tree_consistency_is_least_squares(G):
 
 # ------------------------------------------------------------------------------------------ the noise
 
-@pytest.mark.parametrize("mech,delta", [("laplace", 0.0), ("gaussian", 1e-6)])
-def test_noise_in_the_parties_answers_matches_the_plan(mech, delta):
-    """The answers of the real party half minus its noiseless vector: mean 0 and the planned variance, over
-    4 answers x 3 x 540 entries. The sample variance's relative standard error is sqrt((kurtosis - 1) / N)
-    (<= 0.029 for Laplace, kurtosis 6); a deviation beyond 5 of them is a false alarm with probability < 1e-6
-    (normal approximation), as is a mean beyond 5 standard errors."""
+def test_laplace_noise_in_the_parties_answers_is_each_blocks_discrete_laplace():
+    """The real party half's answers minus its noiseless vector, block by block (20 answers): |noise| against the
+    discrete Laplace of the block's own planned scale (m / eps for whole counts, (2^16 + 1) m / eps on the moments
+    grid; q built here from m = 3 levels), by a chi-square test at p > 1e-4 per block: a false alarm < 3e-4 over
+    the 3 blocks. Power: the same test rejects the 500-bin histogram's noise at half or twice its scale."""
     X, y = _data(500)
-    spec = _spec(2.0, delta, mech, queries=["histogram:u:bins=500", "mean:v", "histogram:a", "count"])
+    spec = _spec(2.0, 0.0, "laplace", queries=["histogram:u:bins=500", "mean:v", "histogram:a", "count"])
+    plan, layout = statistics.plan_release(spec), statistics.job_layout(spec)
+    exact = statistics.party_statistics(X, y, layout, plan.weights, SCHEMA)
+    noise = np.stack([statistics.StatisticsParty().answer(spec, TASK, X, y, SecureRNG.from_seed(f"n{i}"))
+                      .arrays["stats"] - exact for i in range(20)])
+    assert sorted(b.kind for b in layout.blocks) == ["hist", "hist", "moments"] and layout.levels == (1, 1, 1)
+    for b, block in enumerate(layout.blocks):
+        t = 1.5 * ((1 << 16) + 1 if block.kind == "moments" else 1)
+        assert float(plan.scales[b]) == pytest.approx(t, rel=1e-6)
+        a = np.abs(noise[:, block.offset:block.offset + block.size]).ravel()
+        assert _dlap_pvalue(a, float(plan.scales[b])) > 1e-4, block
+    (big,) = [bl for bl in layout.blocks if bl.bins == 500]
+    hist = np.abs(noise[:, big.offset:big.offset + big.size]).ravel()
+    assert _dlap_pvalue(hist, 0.75) < 1e-4 and _dlap_pvalue(hist, 3.0) < 1e-4
+
+
+def test_gaussian_noise_in_the_parties_answers_matches_the_plan():
+    """The answers of the real party half minus its noiseless vector: mean 0 and the planned variance, over
+    4 answers x 3 x 540 entries. The sample variance's relative standard error is sqrt((kurtosis - 1) / N);
+    a deviation beyond 5 of them is a false alarm with probability < 1e-6 (normal approximation), as is a mean
+    beyond 5 standard errors."""
+    X, y = _data(500)
+    spec = _spec(2.0, 1e-6, "gaussian", queries=["histogram:u:bins=500", "mean:v", "histogram:a", "count"])
     plan, layout = statistics.plan_release(spec), statistics.job_layout(spec)
     exact = statistics.party_statistics(X, y, layout, plan.weights, SCHEMA)
     noise = np.concatenate([statistics.StatisticsParty().answer(spec, TASK, X, y, SecureRNG.from_seed(f"n{i}"))
                             .arrays["stats"] - exact for i in range(4)]).astype(np.float64)
-    N = len(noise)
-    assert N >= 6000
-    assert abs(noise.mean()) <= 5 * math.sqrt(plan.noise_var / N)
-    rel = math.sqrt((6.0 if mech == "laplace" else 3.0) - 1) / math.sqrt(N)
-    assert abs(noise.var() / plan.noise_var - 1) <= 5 * rel
+    N, var = len(noise), float(plan.noise_var[0])
+    assert N >= 6000 and len(set(plan.weights.tolist())) == 1
+    assert abs(noise.mean()) <= 5 * math.sqrt(var / N)
+    assert abs(noise.var() / var - 1) <= 5 * math.sqrt(3.0 - 1) / math.sqrt(N)
+
+
+def test_outlier_moves_each_block_by_at_most_its_sensitivity():
+    """A record far outside the bounds (clamped) moves block b of the party's noiseless vector by exactly h_b W_b
+    in L1 (whole counts: 1 per level; moments: the 2^16 grid), the plan's L1 in total."""
+    spec = _spec(1.0, 0.0, "laplace")
+    plan, layout = statistics.plan_release(spec), statistics.job_layout(spec)
+    X, y = _data(200)
+    a = statistics.party_statistics(X, y, layout, plan.weights, SCHEMA)
+    b = statistics.party_statistics(np.vstack([X, [2, 1e9, -np.inf, 1]]), np.append(y, 1), layout, plan.weights, SCHEMA)
+    for i, block in enumerate(layout.blocks):
+        d = np.abs(b - a)[block.offset:block.offset + block.size].sum()
+        assert d == layout.levels[i] * plan.weights[i]
+    assert np.abs(b - a).sum() == plan.l1
 
 
 def test_interval_coverage_fast():
@@ -318,7 +385,8 @@ def test_distributed_laplace_interval_coverage():
              np.array([np.bincount(a[b == g], minlength=3) for g in (0, 1)])]
     hits, runs, rng = np.zeros(3), 150, SecureRNG.from_seed("dcov")
     for _ in range(runs):
-        total = exact + sum(sample_polya_share(sec.laplace.scale, 3, exact.size, rng) for _ in range(4))
+        total = exact + sum(np.concatenate([sample_polya_share(t, 3, n, rng) for n, t, _ in sec.laplace.blocks])
+                            for _ in range(4))
         coord = StatisticsCoordinator(spec, ["p0", "p1", "p2", "p3"])
         coord.absorb(TASK, Aggregate({"stats": total}, ("p0", "p1", "p2", "p3")))
         for i, (ans, t) in enumerate(zip(coord.answers, truth, strict=True)):

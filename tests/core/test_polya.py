@@ -105,3 +105,29 @@ def test_tail_bound_and_bits_cover_all_shares():
     assert 2 ** (bits - 1) > 1000 * 10 + geometric_tail_bound(plan.scale, 3, 5, 1e-11)
     assert plan.epsilon(80) <= 1.0 and plan.epsilon(80) == pytest.approx(80 / 81, rel=1e-6)
     assert plan.event(160).noise_parameter == pytest.approx(160 / 81, rel=1e-6)
+
+
+def test_per_block_plan_spends_the_sum_of_its_blocks_and_draws_each_blocks_law():
+    """Per-block scales: pure epsilon sum_b l1_b / t_b (exact rational: 1 / 4 + 3 * 2^16 / (2^16 * 12) = 1 / 2,
+    computed here), twice that for twice the L1; the draw of 3 shares on each block is the discrete Laplace of that
+    block's scale (chi-square of |x| against 2 (1 - q) q^k / (1 + q), p < 1e-4 a false alarm); malformed blocks and a
+    vector of the wrong length are refused."""
+    from fractions import Fraction
+
+    t1, t2 = Fraction(4), Fraction(12 * (1 << 16))
+    plan = PolyaNoisePlan(t2, 3, ((4000, t1, 1), (20, t2, 3 << 16)))
+    assert plan.epsilon(1 + (3 << 16)) == 0.5 and plan.epsilon(2 * (1 + (3 << 16))) == 1.0
+    x = sum(plan.add_noise_mod(np.zeros(4020, np.int64), 40, SecureRNG.from_seed(f"blocks{i}")).view(np.int64)
+            for i in range(3)) % (1 << 40)  # the 3 parties' shares summed mod 2^40, then centred
+    x = np.where(x >= 1 << 39, x - (1 << 40), x)
+    a = np.abs(x[:4000])
+    q = math.exp(-1 / 4)
+    e = np.arange(0, 12)
+    F = np.concatenate([[0.0], 1 - 2 * q ** (e + 1) / (1 + q), [1.0]])
+    obs = np.bincount(np.minimum(a, 12), minlength=13)
+    assert stats.chisquare(obs, np.diff(F) * a.size).pvalue > ALPHA
+    assert np.abs(x[4000:]).mean() > 1000  # the moments block's scale, 786,432: |x| of order 10^5
+    with pytest.raises(ValueError):
+        plan.add_noise_mod(np.zeros(4000, np.int64), 40, SecureRNG.from_seed("short"))
+    with pytest.raises(ValueError):
+        PolyaNoisePlan(t1, 3, ((10, t1, 1), (10, t2, 1)))  # `scale` must be the largest block's

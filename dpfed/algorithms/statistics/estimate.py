@@ -24,7 +24,8 @@ of known variance v (the plan's per-entry variance times the number of noise sha
 
 Intervals are value +- k standard errors: k = the normal quantile under Gaussian noise; under Laplace noise
 k = ln(1 / alpha) / sqrt 2, the exact two-sided quantile of one Laplace variable in standard-error units
-(a sum of several has lighter tails, so it is conservative), alpha = 1 - confidence.
+(a sum of several has lighter tails, so it is conservative), alpha = 1 - confidence, widened for a block of
+whole counts at a small discrete scale (:func:`block_multiplier`).
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ from dpfed.algorithms.statistics.queries import Block, Layout, Query
 from dpfed.algorithms.statistics.tree import consistent_leaves, prefix_variance
 from dpfed.data.schema import Schema
 
-__all__ = ["Answer", "multiplier", "moment_estimate", "quantile_estimate", "estimate_all"]
+__all__ = ["Answer", "multiplier", "block_multiplier", "moment_estimate", "quantile_estimate", "estimate_all"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,22 @@ def multiplier(mechanism: str, confidence: float) -> float:
     if mechanism in ("laplace", "ddlaplace"):  # ddlaplace: >= 1 discrete Laplace summed (lighter tails)
         return math.log(1.0 / alpha) / math.sqrt(2.0)
     return NormalDist().inv_cdf(1.0 - alpha / 2.0)
+
+
+def block_multiplier(mechanism: str, confidence: float, unit_var: float) -> float:
+    """k for a block whose entries carry noise of variance ``unit_var`` in the block's own integer units. Under
+    Laplace the noise is a discrete Laplace (or lighter-tailed sums): with q from its variance 2q / (1 - q)^2 and
+    t = -1 / ln q, P(|X| > x) = 2 q^(floor(x) + 1) / (1 + q) <= 2 e^(-x / t) / (1 + q) <= alpha at
+    x = t ln(2 / ((1 + q) alpha)); k is x over the standard error, at least :func:`multiplier` (equal to it as
+    t grows: whole counts at a small scale need the wider interval)."""
+    k = multiplier(mechanism, confidence)
+    if mechanism not in ("laplace", "ddlaplace") or not unit_var > 0:
+        return k
+    s = unit_var / 2.0
+    d = (math.sqrt(4.0 * s + 1.0) - 1.0) / (2.0 * s)  # 1 - q, the root of s q^2 - (2 s + 1) q + s = 0 below 1
+    t = -1.0 / math.log1p(-d)
+    x = t * math.log(2.0 / ((2.0 - d) * (1.0 - confidence)))
+    return max(k, x / math.sqrt(unit_var))
 
 
 def _delta_se(f: Callable[[np.ndarray], np.ndarray], T: np.ndarray, v: float) -> np.ndarray:
@@ -160,13 +177,13 @@ def estimate_all(layout: Layout, schema: Schema, total: np.ndarray, weights: np.
                  mechanism: str, confidence: float) -> list[Answer]:
     """Every query's :class:`Answer` from the summed vector ``total`` (module docstring); ``entry_var[b]`` is
     block b's per-entry noise variance in records^2."""
-    k = multiplier(mechanism, confidence)
     out = []
     for q, b in zip(layout.queries, layout.source, strict=True):
         block = layout.blocks[b]
         T = total[block.offset:block.offset + block.size].astype(np.float64).reshape(block.groups, block.cells)
         T = T / float(weights[b])
         v = float(entry_var[b])
+        k = block_multiplier(mechanism, confidence, v * float(weights[b]) ** 2)
         names = _group_names(block, schema)
         if block.kind == "tree":
             T = consistent_leaves(T, block.bins)

@@ -15,11 +15,13 @@ from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.algorithms.secure_release import SecureRelease
 from dpfed.algorithms.statistics import secure
 from dpfed.algorithms.statistics.encode import party_statistics
-from dpfed.algorithms.statistics.plan import TASK_KIND, job_layout
+from dpfed.algorithms.statistics.plan import TASK_KIND, StatsPlan, job_layout, pure_epsilon
+from dpfed.algorithms.statistics.queries import Layout
 from dpfed.algorithms.statistics.release import plan_release
 from dpfed.core.rng import SecureRNG
+from dpfed.core.samplers import sample_discrete_laplace
 
-__all__ = ["StatisticsParty", "SecureStatisticsParty"]
+__all__ = ["StatisticsParty", "SecureStatisticsParty", "block_laplace"]
 
 
 class StatisticsParty(OneReleaseParty):
@@ -33,16 +35,27 @@ class StatisticsParty(OneReleaseParty):
         return plan_release(spec).event
 
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        from dpfed.core.mechanisms import discrete_laplace, rounded_gaussian
+        from dpfed.core.mechanisms import rounded_gaussian
 
-        plan = plan_release(spec)
-        stats = party_statistics(X, y, job_layout(spec), plan.weights, spec.schema)
+        plan, layout = plan_release(spec), job_layout(spec)
+        stats = party_statistics(X, y, layout, plan.weights, spec.schema)
         if plan.mechanism == "laplace":
-            rel = discrete_laplace(stats, sensitivity=plan.l1, epsilon=spec.epsilon, rng=rng)
+            value, event = block_laplace(stats, plan, layout, rng)
         else:
-            rel = rounded_gaussian(stats, sensitivity=plan.l2, sigma=plan.noise, rng=rng)
-        # the session checks that rel.event lies within the charged plan before anything leaves
-        return Released({"stats": np.asarray(rel.value, dtype=np.int64).reshape(-1)}, (rel.event,))
+            rel = rounded_gaussian(stats, sensitivity=plan.l2, sigma=float(plan.noise[0]), rng=rng)
+            value, event = np.asarray(rel.value), rel.event
+        # the session checks that the event lies within the charged plan before anything leaves
+        return Released({"stats": value.astype(np.int64).reshape(-1)}, (event,))
+
+
+def block_laplace(stats: np.ndarray, plan: StatsPlan, layout: Layout, rng: SecureRNG
+                  ) -> tuple[np.ndarray, dp_event.DpEvent]:
+    """``stats`` plus each block's own exact discrete Laplace of scale ``plan.scales[b]`` (:mod:`.plan`), and the
+    event of the whole vector: the randomized-response pair at its exact pure epsilon sum_b h_b W_b / t_b."""
+    noise = np.concatenate([sample_discrete_laplace(plan.scales[b], block.size, rng)
+                            for b, block in enumerate(layout.blocks)])
+    event = dp_event.DiscreteLaplaceDpEvent(pure_epsilon(plan.weights, layout.levels, plan.scales), 1)
+    return stats + noise.astype(np.int64), event
 
 
 class SecureStatisticsParty(StatisticsParty, SecureRelease):

@@ -257,6 +257,16 @@ class Layout:
         """Each block's :attr:`Block.levels` (the plan's sensitivities: module docstring)."""
         return tuple(b.levels for b in self.blocks)
 
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Each block's entries in the vector, in order."""
+        return tuple(b.size for b in self.blocks)
+
+    @property
+    def counts(self) -> tuple[bool, ...]:
+        """Which blocks hold whole counts (every kind but ``moments``: weight 1 under Laplace, :mod:`.plan`)."""
+        return tuple(b.kind != "moments" for b in self.blocks)
+
 
 def check_size(layout: Layout, cap: int) -> None:
     if layout.length > cap:

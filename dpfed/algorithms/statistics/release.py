@@ -17,4 +17,5 @@ def plan_release(spec: JobSpec) -> StatsPlan:
         raise ValueError(f"statistics mechanism must be one of {', '.join(MECHANISMS)}, got {mech!r}")
     if sn.is_secure(spec.params):
         return secure_release(spec)[0]
-    return local_plan(job_layout(spec).levels, spec.epsilon, spec.delta, mech)
+    layout = job_layout(spec)
+    return local_plan(layout.levels, layout.counts, spec.epsilon, spec.delta, mech)

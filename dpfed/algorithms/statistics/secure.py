@@ -11,15 +11,17 @@ once per level), so the event is
 smallest meeting (epsilon, delta). The modulus holds ``records`` x the largest weight plus the noise tail
 (:func:`dpfed.algorithms.secure_noise.integer_bits`).
 
-Or the distributed discrete Laplace (:mod:`dpfed.core.distributed_laplace`, mechanism ``ddlaplace``): each party
-adds one Polya share NB(1/m, p) - NB(1/m, p), m = P_min - c, so the m honest shares alone sum to the discrete
-Laplace of scale (L1 + 1) / e at the full grid (pure e, charged ``DiscreteLaplaceDpEvent(e, 1)`` as the local
-Laplace; e <= epsilon the largest whose RDP conversion, the secure ledger's, meets (epsilon, delta)); more shares
-only add independent noise. ``mechanism``: ``laplace`` and ``gaussian`` force one; ``auto`` takes the smaller
-per-entry noise variance in records^2 (m shares: 2 p / (1 - p)^2 / W^2 against m sigma_share^2 / W_g^2: roughly
+Or the distributed discrete Laplace (:mod:`dpfed.core.distributed_laplace`, mechanism ``ddlaplace``): the local
+Laplace's block weights (:mod:`.plan`: whole counts for count blocks, the 2^16 grid for moments) and per-block
+scales t_b at e / m per level; each party adds to block b one Polya share NB(1/k, p_b) - NB(1/k, p_b),
+p_b = exp(-1 / t_b), k = P_min - c, so the k honest shares alone sum to block b's discrete Laplace (pure
+sum_b h_b W_b / t_b <= e, charged ``DiscreteLaplaceDpEvent(e, 1)`` as the local Laplace; e <= epsilon the largest
+whose RDP conversion, the secure ledger's, meets (epsilon, delta)); more shares only add independent noise.
+``mechanism``: ``laplace`` and ``gaussian`` force one; ``auto`` takes the smaller per-entry noise variance in
+records^2 of the first block (m shares: 2 p / (1 - p)^2 / W^2 against m sigma_share^2 / W_g^2: roughly
 2 (h / epsilon)^2 against z^2 h for h block levels, so Laplace for jobs of a few statistics, the Gaussian for
-many); delta = 0 means Laplace. The modulus holds records x W plus the tail of all P shares
-(:func:`dpfed.core.distributed_laplace.polya_bits`).
+many); delta = 0 means Laplace. The modulus holds records x the largest weight plus the tail of all P shares at
+the largest scale (:func:`dpfed.core.distributed_laplace.polya_bits`).
 """
 from __future__ import annotations
 
@@ -33,11 +35,13 @@ from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import JobSpec, Task, TaskRejected
 from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.algorithms.statistics.encode import party_statistics
-from dpfed.algorithms.statistics.plan import (GRID, MAX_SIGMA_UNITS, MIN_GRID, TASK_KIND, StatsPlan, job_layout,
-                                              sensitivities)
+from dpfed.algorithms.statistics.plan import (GRID, MAX_SIGMA_UNITS, MIN_GRID, TASK_KIND, StatsPlan, block_weights,
+                                              job_layout, laplace_scales, level_epsilon, sensitivities)
 from dpfed.core import accounting
 from dpfed.core import distributed_noise as dn
+from dpfed.core.distributed_laplace import PolyaNoisePlan
 from dpfed.core.events import DistributedDiscreteGaussianDpEvent
+from dpfed.core.polya import polya_share_variance
 from dpfed.core.memo import shared_cache
 
 __all__ = ["secure_release", "integer_plan", "gaussian_plan", "laplace_plan", "smallest_sigma",
@@ -51,20 +55,22 @@ def secure_release(spec: JobSpec) -> tuple[StatsPlan, SecurePlan]:
         raise ValueError("distributed discrete Gaussian shares need delta > 0; use mechanism 'laplace' or 'auto'")
     layout = job_layout(spec)
     sp = sn.secure_params(spec.params)
-    return integer_plan(layout.levels, layout.length, spec.epsilon, spec.delta, sp.honest, sp.parties, sp.records,
-                        sp.bits, spec.job_id, mech)
+    return integer_plan(layout.levels, layout.counts, layout.sizes, spec.epsilon, spec.delta, sp.honest, sp.parties,
+                        sp.records, sp.bits, spec.job_id, mech)
 
 
 @shared_cache(maxsize=64)
-def integer_plan(levels: tuple[int, ...], dim: int, eps: float, delta: float, honest: int, parties: int, records: int,
-                 floor_bits: int, job_id: str, mech: str = "gaussian") -> tuple[StatsPlan, SecurePlan]:
-    """The plan of ``mech`` (``auto``: the smaller per-entry variance of the two that fit; module docstring)."""
-    args = (levels, dim, eps, honest, parties, records, floor_bits, job_id)
+def integer_plan(levels: tuple[int, ...], counts: tuple[bool, ...], sizes: tuple[int, ...], eps: float, delta: float,
+                 honest: int, parties: int, records: int, floor_bits: int, job_id: str, mech: str = "gaussian"
+                 ) -> tuple[StatsPlan, SecurePlan]:
+    """The plan of ``mech`` (``auto``: the smaller per-entry variance of the two that fit; module docstring) for
+    blocks of ``levels``, ``sizes`` entries and ``counts`` (whole counts: :attr:`.queries.Layout.counts`)."""
+    args = (levels, sum(sizes), eps, honest, parties, records, floor_bits, job_id)
     if mech == "laplace" or delta <= 0:
-        return laplace_plan(*args, delta)
+        return laplace_plan(*args, delta, counts, sizes)
     if mech == "gaussian":
         return gaussian_plan(*args, delta)
-    lap = laplace_plan(*args, delta)
+    lap = laplace_plan(*args, delta, counts, sizes)
     try:
         gauss = gaussian_plan(*args, delta)
     except ValueError:  # epsilon too small for the Gaussian's grid: Laplace is far less noisy there anyway
@@ -73,15 +79,25 @@ def integer_plan(levels: tuple[int, ...], dim: int, eps: float, delta: float, ho
 
 
 def laplace_plan(levels: tuple[int, ...], dim: int, eps: float, honest: int, parties: int, records: int,
-                 floor_bits: int, job_id: str, delta: float = 0.0) -> tuple[StatsPlan, SecurePlan]:
-    """The distributed discrete Laplace plan: full grid, scale (L1 + 1) / e, ``honest`` Polya shares, charged
-    ``DiscreteLaplaceDpEvent(e, 1)`` (:func:`dpfed.algorithms.secure_noise.integer_laplace_release`)."""
-    weights = np.full(len(levels), GRID, np.int64)
+                 floor_bits: int, job_id: str, delta: float, counts: tuple[bool, ...], sizes: tuple[int, ...]
+                 ) -> tuple[StatsPlan, SecurePlan]:
+    """The distributed discrete Laplace plan: the local Laplace's block weights and per-block scales
+    (:mod:`.plan`) at e, ``honest`` Polya shares per block, charged ``DiscreteLaplaceDpEvent(e, 1)``
+    (:func:`dpfed.algorithms.secure_noise.integer_laplace_release`)."""
+    weights = block_weights(counts)
     l1, l2 = sensitivities(weights, levels)
+
+    def per_block(e: float) -> PolyaNoisePlan:
+        scales = laplace_scales(weights, level_epsilon(e, int(sum(levels))))
+        return PolyaNoisePlan(max(scales), int(honest), tuple(
+            (int(n), t, int(h) * int(w)) for n, t, h, w in zip(sizes, scales, levels, weights, strict=True)))
+
     polya, noise, event = sn.integer_laplace_release(eps, delta, honest=honest, parties=parties, floor_bits=floor_bits,
                                                      vectors=records, l1=l1, l2=l2, dimension=dim,
-                                                     entry_max=records * float(GRID))
-    plan = StatsPlan("ddlaplace", weights, int(l1), l2, float(polya.scale), polya.share_variance(), event)
+                                                     entry_max=records * float(np.max(weights)), polya=per_block)
+    scales = tuple(t for _, t, _ in polya.blocks)
+    plan = StatsPlan("ddlaplace", weights, int(l1), l2, np.array([float(t) for t in scales]),
+                     np.array([polya_share_variance(t, polya.shares) for t in scales]), event, scales)
     return plan, SecurePlan(noise, (("stats", (dim,)),), sn.rotation_seed(job_id, 0), integer=True, l1=float(l1),
                             laplace=polya)
 
@@ -105,7 +121,8 @@ def gaussian_plan(levels: tuple[int, ...], dim: int, eps: float, honest: int, pa
     bits = sn.integer_bits(floor_bits, records * float(grid), sigma, parties, dim)
     noise = dn.DistributedNoisePlan(dimension=dim, clip=l2, gamma=1.0, bits=bits, sigma_share=float(sigma),
                                     honest_parties=honest, parties=parties, vectors=records)
-    plan = StatsPlan("ddgauss", weights, int(l1), l2, float(sigma), float(sigma) ** 2, event)
+    plan = StatsPlan("ddgauss", weights, int(l1), l2, np.full(len(levels), float(sigma)),
+                     np.full(len(levels), float(sigma) ** 2), event)
     return plan, SecurePlan(noise, (("stats", (dim,)),), sn.rotation_seed(job_id, 0), integer=True, l1=l1)
 
 
