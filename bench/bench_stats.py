@@ -22,7 +22,9 @@ E|a L1 - b L2| = (a^2 + ab + b^2) / (a + b) (a, b = r (1 - mu) s / n, r mu s / n
 sd sqrt(2 / pi); diffprivlib's mean adds Laplace((upper - lower) / (n epsilon)) with n public (replace-one
 neighbours: half dpfed's add/remove sensitivity), E = its scale. A histogram cell of count c with noise X,
 clipped at 0 by both: E|max(c + X, 0) - c| = s (1 - e^(-c/s) / 2) for Laplace(s), the Gaussian analogue, and
-diffprivlib's geometric (q = e^-epsilon) summed exactly.
+a geometric (discrete Laplace) q^|k| summed exactly: diffprivlib's (q = e^-epsilon) and dpfed's whole counts under
+Laplace (q from the plan's per-entry variance 2q / (1 - q)^2: exact for one party; for 5 distributed shares the
+discrete Laplace of the same variance, an approximation).
 
 Errors: mean absolute error over groups (and bins) and seeds; variance relative (|est - true| / true).
 True values: NumPy on the records (quantiles NumPy's default). Coverage: over ``--coverage-seeds`` runs of
@@ -144,6 +146,14 @@ def _e_clipped(c, kind, s):
     return s * math.sqrt(2 / math.pi) - s / math.sqrt(2 * math.pi) * np.exp(-c * c / (2 * s * s)) + c * phi
 
 
+def _e_geometric(c, q) -> list[float]:
+    """E|max(c + X, 0) - c| per count c for the discrete Laplace P(k) = q^|k| (1 - q) / (1 + q), summed exactly."""
+    t = -1 / math.log(q)
+    k = np.arange(-int(60 * t) - 1, int(60 * t) + 2)
+    pk = (1 - q) / (1 + q) * q ** np.abs(k)
+    return [float(np.sum(pk * np.abs(np.maximum(ci + k, 0) - ci))) for ci in c]
+
+
 def expected_error(ds, stat, col, by, eps, mode):
     """The expected absolute error the method's noise implies (module docstring); NaN for var and quantiles."""
     if stat not in ("mean", "histogram"):
@@ -165,9 +175,10 @@ def expected_error(ds, stat, col, by, eps, mode):
                        else math.sqrt(a * a + b * b) * math.sqrt(2 / math.pi))
         elif mode == "diffprivlib":  # geometric noise q^|k| (1 - q) / (1 + q), truncated at 0
             c = np.histogram(x, BINS, (lo, hi))[0].astype(float)
-            q, k = math.exp(-eps), np.arange(-int(60 / eps) - 1, int(60 / eps) + 2)
-            pk = (1 - q) / (1 + q) * q ** np.abs(k)
-            out.extend(float(np.sum(pk * np.abs(np.maximum(ci + k, 0) - ci))) for ci in c)
+            out.extend(_e_geometric(c, math.exp(-eps)))
+        elif kind == "laplace":  # whole counts: the discrete Laplace of the plan's variance 2q / (1 - q)^2
+            c = np.histogram(x, BINS, (lo, hi))[0].astype(float)
+            out.extend(_e_geometric(c, 1 - (math.sqrt(2 * v + 1) - 1) / v))
         else:
             c = np.histogram(x, BINS, (lo, hi))[0].astype(float)
             out.extend(_e_clipped(c, kind, s).tolist())
