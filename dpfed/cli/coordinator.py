@@ -258,6 +258,19 @@ def _print_record(rec: dict[str, Any]) -> None:
                                               "refusals", "party_epsilon", "summary")}, indent=1))
 
 
+def _refused(refusal: str | None, algo: Any, params: dict[str, Any]) -> bool:
+    """Print a job's one-line refusal and say so; else check the declared ranges the coordinator and the parties
+    check (a ValueError with the reason)."""
+    if refusal:
+        print(f"dpfed job submit: error: {refusal}", file=sys.stderr)
+        return True
+    if algo is not None:
+        from dpfed.algorithms.params import validate
+
+        validate(algo, params)
+    return False
+
+
 def _cmd_submit(args: argparse.Namespace) -> int:
     from dpfed.algorithms import get_algorithm
     from dpfed.algorithms.pca.options import pipeline_name
@@ -275,23 +288,21 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         # (e.g. the share of distributed noise): the named ones, else 1 (each party adds the full noise)
         params.update(algo.params_from_args(argparse.Namespace(**{**vars(args),
                                                                   "parties": max(len(args.parties), 1)})))
-    from dpfed.cli.job_params import parse_param_overrides, secure_defaults, with_overrides
+    from dpfed.cli.job_params import needs_registered_bound, parse_param_overrides, secure_defaults, with_overrides
 
     overrides = parse_param_overrides(args.param)
     if isinstance(overrides, str):
         print(f"dpfed job submit: error: {overrides}", file=sys.stderr)
         return 2
     params = with_overrides(params, overrides)
+    # checked before connecting, unless the record bound must come from the parties' registrations
+    ask = needs_registered_bound(params, args)
+    if not ask and _refused(secure_defaults(params, args), algo, params):
+        return 2
     try:
         with _client(args) as c:  # a --noise distributed job without --records: the parties' registered bounds
-            refusal = secure_defaults(params, args, lambda: c.status()["parties"])
-            if refusal:
-                print(f"dpfed job submit: error: {refusal}", file=sys.stderr)
+            if ask and _refused(secure_defaults(params, args, lambda: c.status()["parties"]), algo, params):
                 return 2
-            if algo is not None:  # the same declared ranges the coordinator and the parties check
-                from dpfed.algorithms.params import validate
-
-                validate(algo, params)
             job_id = c.submit_job(args.algorithm, params, parties=args.parties, job_id=args.job_id)
             print(job_id, flush=True)
             if args.wait:

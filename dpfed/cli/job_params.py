@@ -33,6 +33,14 @@ def with_overrides(params: dict[str, Any], overrides: dict[str, Any]) -> dict[st
     return out
 
 
+def needs_registered_bound(params: dict[str, Any], args: argparse.Namespace) -> bool:
+    """Whether :func:`secure_defaults` must ask the coordinator for the parties' registered record bounds: a
+    ``--noise distributed`` job under secure aggregation with no ``--records`` and no ``--param records``."""
+    return (params.get("noise") == "distributed" and params.get("records") is None
+            and getattr(args, "records", None) is None
+            and params.get("secure_aggregation", args.secure_aggregation != "off") is True)
+
+
 def secure_defaults(params: dict[str, Any], args: argparse.Namespace,
                     parties: Callable[[], list[dict[str, Any]]] | None = None) -> str | None:
     """Fill in what a ``--noise distributed`` job needs in a deployment (secure aggregation on, the public record
