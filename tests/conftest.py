@@ -37,6 +37,19 @@ def segmentation() -> Dataset:
     return load_dataset("segmentation")
 
 
+@pytest.fixture(scope="session")
+def secure_segmentation_runs(segmentation: Dataset, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """(algorithm, secure_rounding) -> the over-gRPC result of each job of ``secure_segmentation.JOBS``, all
+    run by one federation of five party daemon processes started once (``tests/support/secure_segmentation.py``)."""
+    from dpfed.simulation.grpc_local import run_grpc_simulations
+    from secure_segmentation import JOBS, SEED, party_data, spec
+
+    specs = [spec(segmentation, *key) for key in JOBS]
+    results = run_grpc_simulations(specs, party_data(segmentation), seed=SEED,
+                                   workdir=tmp_path_factory.mktemp("secure-segmentation") / "sim", timeout=600)
+    return dict(zip(JOBS, results, strict=True))
+
+
 @pytest.fixture()
 def pki(tmp_path: Path) -> Pki:
     """A real certificate authority under ``tmp_path`` with certificates for the coordinator, the

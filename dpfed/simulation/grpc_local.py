@@ -4,6 +4,7 @@
 free loopback port (in this process), writes each party's records to an ``.npz`` file and starts
 one party daemon PROCESS per party (``python -m party.daemon``), submits the job through the
 operator API with mutual TLS, waits for it, fetches the model and reads every party's spend.
+:func:`run_grpc_simulations` runs several jobs one after the other over one such federation.
 Everything is shut down on return, on error and on KeyboardInterrupt (parties get SIGTERM, then
 SIGKILL; they also exit on their own if this process dies).
 """
@@ -34,7 +35,7 @@ from dpfed.simulation.steps import PartyData, SimulationResult, report, start_jo
 from party.config import write_config
 from dpfed.federation.tls import TlsFiles
 
-__all__ = ["run_grpc_simulation", "SimulationError"]
+__all__ = ["run_grpc_simulation", "run_grpc_simulations", "SimulationError"]
 
 
 class SimulationError(DpfedError, RuntimeError):
@@ -208,10 +209,38 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
     ``coordinator``: further :class:`CoordinatorConfig` settings, e.g. ``{"ray_address": "auto",
     "shards": 2}`` to run the coordinator's data path through ingress shards on a Ray cluster.
     """
+    return run_grpc_simulations([spec], party_data, seed=seed, insecure=insecure, progress=progress, workdir=workdir,
+                                timeout=timeout, party_names=party_names, plugins=plugins, epsilon_limit=epsilon_limit,
+                                delta_limit=delta_limit, start_timeout=start_timeout, dropout=dropout,
+                                coordinator=coordinator)[0]
+
+
+def run_grpc_simulations(specs: Sequence[JobSpec], party_data: Sequence[tuple[np.ndarray, np.ndarray | None]], *,
+                         seed: int | None, insecure: bool = False, progress: Callable[[float], None] | None = None,
+                         workdir: str | os.PathLike | None = None, timeout: float = 3600,
+                         party_names: Sequence[str] | None = None, plugins: Sequence[str] = (),
+                         epsilon_limit: float | None = None, delta_limit: float | None = None,
+                         start_timeout: float = 120.0, dropout: float = 0.0,
+                         coordinator: Mapping[str, Any] | None = None) -> list[SimulationResult]:
+    """:func:`run_grpc_simulation` of several jobs, one after the other, over ONE coordinator and one set of party
+    processes (started once): each job's result is the one a federation of its own would give (a party's noise
+    stream is seeded per job). The jobs must all run under secure aggregation or none (one ledger accountant per
+    party). Each party's ledger limit defaults to the sum of the jobs' epsilons at the largest of their deltas
+    (a ledger reads every spend at its delta limit: jobs of one delta report the spends of single-job runs; a
+    PLD ledger's grid widens with its limit from epsilon 10 on, :func:`dpfed.core.accounting.pld_grid`)."""
     t0 = time.perf_counter()
-    names, spec = start_job(spec, party_data, party_names)
-    if is_secure(spec.params) and insecure:
+    started = [start_job(spec, party_data, party_names) for spec in specs]
+    if not started:
+        raise ValueError("no job to run")
+    names, jobs = started[0][0], [spec for _, spec in started]
+    if len({is_secure(spec.params) for spec in jobs}) > 1:
+        raise ValueError("jobs under secure aggregation and others need party ledgers of different accountants")
+    if is_secure(jobs[0].params) and insecure:
         raise ValueError("secure aggregation needs certificates: drop --insecure")
+    if len(jobs) > 1 and epsilon_limit is None:
+        epsilon_limit = sum(spec.epsilon for spec in jobs) * (1 + 1e-9)
+    if len(jobs) > 1 and delta_limit is None:
+        delta_limit = max(spec.delta if spec.delta > 0 else PURE_DP_DELTA for spec in jobs)
     own_dir = workdir is None
     root = Path(tempfile.mkdtemp(prefix="dpfed-sim-")) if own_dir else Path(workdir)
     root.mkdir(parents=True, exist_ok=True)
@@ -222,18 +251,22 @@ def run_grpc_simulation(spec: JobSpec, party_data: Sequence[tuple[np.ndarray, np
     try:
         server = _start_coordinator(root, names, insecure, plugins, coordinator)
         address = f"127.0.0.1:{server.port}"
-        _start_parties(procs, spec, party_data, names, root, address, seed=seed, insecure=insecure, plugins=plugins,
-                       dropout=dropout, epsilon_limit=epsilon_limit, delta_limit=delta_limit)
+        _start_parties(procs, jobs[0], party_data, names, root, address, seed=seed, insecure=insecure,
+                       plugins=plugins, dropout=dropout, epsilon_limit=epsilon_limit, delta_limit=delta_limit)
         _wait_for_parties(server, names, procs, root, start_timeout)
         admin = AdminClient(address, tls=_tls(root, insecure, "operator"), insecure=insecure)
-        job_id, record = _offer_and_drive(admin, spec, names, timeout, progress)
-        if record.get("state") != "done":
-            failed = True
-            where = _keep_logs(root) if own_dir else root
-            raise SimulationError(f"{JobError(record)}{_party_errors(root, names)}; party logs kept in {where}")
-        model, record = admin.get_model(job_id)  # collect
-        return report(model, record.get("summary", {}), record["party_epsilon"], names, int(record.get("rounds", 0)),
-                      t0)
+        results = []
+        for spec in jobs:
+            job_id, record = _offer_and_drive(admin, spec, names, timeout, progress)
+            if record.get("state") != "done":
+                failed = True
+                where = _keep_logs(root) if own_dir else root
+                raise SimulationError(f"{JobError(record)}{_party_errors(root, names)}; party logs kept in {where}")
+            model, record = admin.get_model(job_id)  # collect
+            results.append(report(model, record.get("summary", {}), record["party_epsilon"], names,
+                                  int(record.get("rounds", 0)), t0))
+            t0 = time.perf_counter()
+        return results
     except SimulationError as exc:
         if failed or not own_dir:
             raise
