@@ -11,12 +11,30 @@ DP algorithm the daemons load by name through their ``plugins`` setting) and ``s
 """
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+
+def _bytecode_cache() -> None:
+    """Where the environment forbids writing bytecode (``PYTHONDONTWRITEBYTECODE``, as on the CI machine), keep it
+    in a cache outside the source tree instead (``PYTHONPYCACHEPREFIX``: the system temporary directory, like the
+    mypy cache of tests/test_lint.py), for this process and every Python process the tests start (party and
+    coordinator daemons, the CLI, Ray workers): without it each of those few hundred processes compiled the whole
+    package from source again, about 0.7 s of CPU each. Nothing is written into the source tree."""
+    if not (sys.dont_write_bytecode or os.environ.get("PYTHONDONTWRITEBYTECODE")):
+        return
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX") or str(Path(tempfile.gettempdir()) / f"dpfed-pycache-{os.getuid()}")
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.pycache_prefix, sys.dont_write_bytecode = prefix, False
+
+
+_bytecode_cache()
 SUPPORT = Path(__file__).resolve().parent / "support"
 if str(SUPPORT) not in sys.path:
     sys.path.insert(0, str(SUPPORT))
