@@ -1,0 +1,85 @@
+"""bench/bench_stats.py's interval coverage: its jobs must draw independent noise, else the binomial standard
+error it prints for the pooled intervals is too small (issue 27: the histogram's 0.9463 at epsilon 0.1 was
+30,000 intervals sharing ~6,000 noises, the same seed for every column and grouping job)."""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpfed.algorithms.statistics.estimate import block_multiplier
+from dpfed.algorithms.statistics.plan import discrete_laplace_var
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_stats.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_stats_under_test", BENCH)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_coverage_jobs_draw_independent_noise(monkeypatch):
+    """One coverage run (9 column x grouping jobs per epsilon, Adult): the histogram noise (answer minus NumPy's
+    count, on cells unclamped in both jobs) of any two jobs at the same epsilon must differ somewhere. Two
+    independent discrete Laplace draws of scale >= 4 are equal with probability <= 0.063 per cell, so equal
+    noise on >= 6 common cells is a false alarm below 0.063^6 = 6.3e-8 per pair, < 3e-6 over the 36 pairs.
+    With one seed shared by the jobs (the old bench) every pair of columns, and sex against class, had the
+    same noise: this test failed."""
+    bench = _bench()
+    ds = bench.load_dataset("adult")
+    noise: dict[tuple, np.ndarray] = {}
+    real = bench.run_local
+
+    def spy(algo, spec, X, y, rng):
+        res = real(algo, spec, X, y, rng)
+        col = spec.params["queries"][0].split(":")[1]
+        j = ds.schema.names.index(col)
+        lo, hi = ds.schema.features[j].lower, ds.schema.features[j].upper
+        by = spec.params.get("group_by")
+        truth = np.array([bench._truth(ds.X[m, j], "histogram", lo, hi) for m in bench._groups(ds, by)])
+        value = np.asarray(res.coordinator.answers[bench.STATS.index("histogram")].value, float).reshape(truth.shape)
+        noise[(col, by, spec.params["epsilon"])] = np.where(value > 0, value - truth, np.nan).ravel()
+        return res
+
+    monkeypatch.setattr(bench, "run_local", spy)
+    bench.coverage(ds, 1)
+    assert len(noise) == len(bench.COLUMNS) * len(bench.GROUPINGS) * len(bench.EPSILONS)
+    keys = sorted(noise, key=str)
+    pairs = 0
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            if a[2] != b[2] or len(noise[a]) != len(noise[b]):
+                continue
+            both = ~np.isnan(noise[a]) & ~np.isnan(noise[b])
+            assert both.sum() >= 6, (a, b)
+            assert np.any(noise[a][both] != noise[b][both]), (a, b)
+            pairs += 1
+    assert pairs == 2 * (3 + 15)  # per epsilon: 3 pairs of the ungrouped jobs, 15 of the six two-group jobs
+
+
+@pytest.mark.parametrize("eps, t", [(0.1, 40.0), (1.0, 4.0)])
+def test_coverage_job_histogram_interval_is_the_exact_discrete_laplace_tail(eps, t):
+    """The coverage job's plan (all five statistics composed, one party, auto, delta 1e-6) releases the histogram
+    as whole counts with the discrete Laplace of scale m / epsilon = 4 / epsilon (m = 4 levels), and its interval
+    half width k se misses exactly when |X| >= floor(k se) + 1, probability 2 q^(floor(k se) + 1) / (1 + q),
+    here 0.0491 (t = 40) and 0.0437 (t = 4): at most alpha, so the intervals' coverage is >= 95 % in law."""
+    from dpfed.algorithms import statistics
+
+    bench = _bench()
+    ds = bench.load_dataset("adult")
+    spec = bench._spec(ds, [bench._query(s, "age") for s in bench.STATS], None, eps)
+    plan, layout = statistics.plan_release(spec), statistics.job_layout(spec)
+    (h,) = [b for b, bl in enumerate(layout.blocks) if bl.kind == "hist"]
+    assert plan.mechanism == "laplace" and plan.weights[h] == 1 and float(plan.scales[h]) == t
+    v = plan.entry_variance(h)
+    assert v == pytest.approx(discrete_laplace_var(t))
+    half = block_multiplier(plan.mechanism, 0.95, v) * math.sqrt(v)
+    q = math.exp(-1 / t)
+    miss = 2 * q ** (math.floor(half) + 1) / (1 + q)
+    assert miss <= 0.05 and miss == pytest.approx({40.0: 0.0491, 4.0: 0.0437}[t], abs=5e-4)
