@@ -26,7 +26,12 @@ a geometric (discrete Laplace) q^|k| summed exactly: diffprivlib's (q = e^-epsil
 Laplace (q from the plan's per-entry variance 2q / (1 - q)^2: exact for one party; for 5 distributed shares the
 discrete Laplace of the same variance, an approximation).
 
-Errors: mean absolute error over groups (and bins) and seeds; variance relative (|est - true| / true).
+Errors: mean absolute error over groups (and bins) and seeds; variance relative (|est - true| / true). Every
+error job, (column, grouping, statistic, epsilon, method, seed) and for diffprivlib also the group (one call per
+group), has a seed of its own (``job_seed``: SHA-256 of that key): dpfed's one-party SecureRNG, the 5 parties'
+session seed, diffprivlib's ``random_state``. Before, one seed per method and seed index served every row (the
+noise comes out in the same order whatever the data), so the 9 rows of a summary, and diffprivlib's groups of a
+row, drew the same 3 noises per method and the geometric means hung on those 3 draws.
 True values: NumPy on the records (quantiles NumPy's default). Coverage: over ``--coverage-seeds`` runs of
 one job per column and grouping answering all five statistics together (one composed plan, one party), the
 fraction of intervals that hold the true value (quantiles: NumPy's ``inverted_cdf``, the estimand), with its
@@ -39,6 +44,7 @@ still composes all five (its plan is the full one) and reports all five.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import time
 import warnings
@@ -92,7 +98,13 @@ def _err(est, true, stat):
     return float(np.mean(e / true)) if stat == "var" else float(np.mean(e))
 
 
+def job_seed(*key) -> int:
+    """A 32-bit seed of its own for one job (a row's method, statistic, epsilon, seed and group): SHA-256 of the key."""
+    return int.from_bytes(hashlib.sha256(repr(key).encode()).digest()[:4], "big")
+
+
 def diffprivlib_est(x, stat, eps, lo, hi, seed):
+    """diffprivlib's tool for ``stat``; ``seed`` is its ``random_state`` (numpy's RandomState seed)."""
     import diffprivlib.tools as dt
 
     if stat == "mean":
@@ -116,6 +128,8 @@ def _spec(ds, queries, by, eps, mech="auto", distributed=False, job="b"):
 
 
 def dpfed_answers(ds, queries, by, eps, seed, mode, parts=None):
+    """The answers of one dpfed job; ``seed`` is the job's own (``job_seed``): the one party's SecureRNG, and the
+    5 parties' session seed (each party's generator keyed by seed, job id and party name)."""
     if mode == "5 parties distributed":
         res = run_inprocess(_spec(ds, queries, by, eps, distributed=True, job=f"b{seed}"), parts, seed=seed)
         return res.summary["results"]
@@ -204,15 +218,17 @@ def error_rows(ds, seeds, stats=STATS):
                 for eps in EPSILONS:
                     errs = {m: [] for m in ("diffprivlib",) + modes}
                     for seed in range(seeds):
-                        for m in masks:
+                        for g, m in enumerate(masks):
                             x = ds.X[m, j]
                             try:
-                                est = diffprivlib_est(x, stat, eps, lo, hi, seed)
+                                est = diffprivlib_est(x, stat, eps, lo, hi,
+                                                      job_seed("diffprivlib", col, by, stat, eps, seed, g))
                             except RuntimeError:  # diffprivlib's exponential mechanism on heavy ties: no answer
                                 est = np.nan
                             errs["diffprivlib"].append(_err(est, _truth(x, stat, lo, hi), stat))
                         for mode in modes:
-                            ans = dpfed_answers(ds, [_query(stat, col)], by, eps, seed, mode, parts)[0]
+                            ans = dpfed_answers(ds, [_query(stat, col)], by, eps,
+                                                job_seed(mode, col, by, stat, eps, seed), mode, parts)[0]
                             for g, m in enumerate(masks):
                                 errs[mode].append(_err(_values(ans, by)[g], _truth(ds.X[m, j], stat, lo, hi), stat))
                     rows.append({"column": col, "by": by or "-", "stat": stat, "eps": eps,

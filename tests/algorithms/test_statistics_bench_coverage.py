@@ -83,3 +83,62 @@ def test_coverage_job_histogram_interval_is_the_exact_discrete_laplace_tail(eps,
     q = math.exp(-1 / t)
     miss = 2 * q ** (math.floor(half) + 1) / (1 + q)
     assert miss <= 0.05 and miss == pytest.approx({40.0: 0.0491, 4.0: 0.0437}[t], abs=5e-4)
+
+
+def test_error_rows_draw_independent_noise(monkeypatch):
+    """The error rows (issue 27's summaries are geometric means over 9 rows): two rows of the same statistic and
+    epsilon, and diffprivlib's groups within a row, must draw different noise for every method. Histogram at
+    epsilon 0.1, columns age and hours-per-week, ungrouped and by sex, one seed: noise = answer minus NumPy's
+    count on cells unclamped in both. Whole counts with discrete Laplace-like noise of scale >= 10 (or a discrete
+    Gaussian of larger variance) are equal with probability <= 0.025 per cell, so equal noise on >= 6 common
+    cells is a false alarm below 0.025^6 = 2.4e-10 per pair, < 1e-8 over the pairs. With one seed per method
+    and seed index (the old bench: ``{mode}{seed}``, ``b{seed}``, ``random_state=seed``) every pair was equal."""
+    bench = _bench()
+    ds = bench.load_dataset("adult")
+    monkeypatch.setattr(bench, "COLUMNS", ("age", "hours-per-week"))
+    monkeypatch.setattr(bench, "GROUPINGS", (None, "sex"))
+    monkeypatch.setattr(bench, "EPSILONS", (0.1,))
+    monkeypatch.setattr(bench, "expected_error", lambda *a: float("nan"))
+    noise: dict[tuple, list[np.ndarray]] = {}
+
+    def record(method, col, by, groups_values):
+        j = ds.schema.names.index(col)
+        lo, hi = ds.schema.features[j].lower, ds.schema.features[j].upper
+        for m, v in zip(bench._groups(ds, by), groups_values, strict=True):
+            t = bench._truth(ds.X[m, j], "histogram", lo, hi)
+            v = np.asarray(v, float)
+            noise.setdefault((method, col, by), []).append(np.where((v > 0) & (t > 0), v - t, np.nan))
+
+    real_dpl, real_dpf = bench.diffprivlib_est, bench.dpfed_answers
+    calls: list[np.ndarray] = []
+
+    def dpl(x, stat, eps, lo, hi, seed):
+        est = real_dpl(x, stat, eps, lo, hi, seed)
+        v, t = np.asarray(est, float), bench._truth(x, stat, lo, hi)
+        calls.append(np.where((v > 0) & (t > 0), v - t, np.nan))
+        return est
+
+    def dpf(ds_, queries, by, eps, seed, mode, parts=None):
+        ans = real_dpf(ds_, queries, by, eps, seed, mode, parts)
+        record(mode, queries[0].split(":")[1], by, bench._values(ans[0], by))
+        return ans
+
+    monkeypatch.setattr(bench, "diffprivlib_est", dpl)
+    monkeypatch.setattr(bench, "dpfed_answers", dpf)
+    bench.error_rows(ds, 1, ("histogram",))
+    # diffprivlib's calls, in the bench's order: age (all; female, male), hours-per-week (all; female, male)
+    assert len(calls) == 6
+    for (col, by), idx in {("age", None): [0], ("age", "sex"): [1, 2],
+                           ("hours-per-week", None): [3], ("hours-per-week", "sex"): [4, 5]}.items():
+        noise[("diffprivlib", col, by)] = [calls[i] for i in idx]
+    vectors: dict[str, list[np.ndarray]] = {}
+    for (method, _, _), groups in sorted(noise.items(), key=str):
+        vectors.setdefault(method, []).extend(groups)
+    assert set(vectors) == {"diffprivlib", "1 party", "1 party gaussian", "5 parties distributed"}
+    for method, vs in vectors.items():
+        assert len(vs) == 6, method
+        for i, a in enumerate(vs):
+            for b in vs[i + 1:]:
+                both = ~np.isnan(a) & ~np.isnan(b)
+                assert both.sum() >= 6, method
+                assert np.any(a[both] != b[both]), method
