@@ -187,6 +187,8 @@ class PartyDaemon:
             self._shard_channel = self._open_channel(reg.shard)
             data = pbg.PartyStub(self._shard_channel)
         self._call = call = data.TaskStream(pb.StreamRequest(version=PROTOCOL_VERSION, session=session))
+        if self._stop.is_set():  # stop() ran before the call existed: it could not cancel it
+            call.cancel()
         self.connected.set()
         log.info("party %s connected to %s%s", cfg.name, cfg.coordinator,
                  f" (ingress shard {reg.shard})" if reg.shard else "")
