@@ -73,8 +73,9 @@ def _deploy(root, schema: Schema):
         assert server.coordinator.wait_for_parties(["party-0", "party-1"], 60)
         yield root, ["--coordinator", f"127.0.0.1:{server.port}", "--cert", str(pki.files("operator").cert)]
     finally:
-        for p in procs:
+        for p in procs:  # all at once: each daemon takes up to its shutdown grace to exit
             p.terminate()
+        for p in procs:
             p.wait(timeout=15)
         server.stop(0.5)
 
