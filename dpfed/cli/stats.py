@@ -57,7 +57,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--insecure", action="store_true", help="with --coordinator: plain text (testing only)")
     p.add_argument("--records", type=int, default=None, metavar="N",
                    help="with --coordinator and --noise distributed: a public bound on the total number of records "
-                        "over the parties (the secure-aggregation modulus; from their documentation, not their data)")
+                        "over the parties (the secure-aggregation modulus; from their documentation, not their data; "
+                        "default: the sum of the public_records the parties registered with)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_main)
 
@@ -110,24 +111,24 @@ def _simulate(args: argparse.Namespace, queries: list[str]) -> dict[str, Any]:
 
 
 def _submit(args: argparse.Namespace, queries: list[str]) -> dict[str, Any]:
+    """Submit the job to ``--coordinator`` and wait for it. ``--noise distributed`` without ``--records``: the
+    bound is the sum of the ``public_records`` the roster's parties registered with (the coordinator's status,
+    asked once; no ``--parties``: the connected parties), as ``dpfed job submit``."""
     from coordinator.client import AdminClient
-    from dpfed import stats
+    from dpfed.cli.job_params import registered_record_bound
 
     names = list(args.parties or [])
-    secure = {}
-    if args.noise == "distributed":
-        if args.records is None:
-            raise ValueError("--noise distributed needs --records N: a public bound on the total number of records "
-                             "over the parties (it sets the secure-aggregation modulus)")
-        secure["records"] = int(args.records)
-    params = stats.job_params(queries, epsilon=args.epsilon, delta=args.delta, group_by=args.group_by,
-                              noise=args.noise, mechanism=args.mechanism, confidence=args.confidence,
-                              parties=max(len(names), 2), **secure)
-    if args.noise == "distributed" and not names:
-        params.pop("min_survivors", None)  # every party of the roster
+    ask = args.noise == "distributed" and args.records is None
+    params: dict[str, Any] = {} if ask else _job_params(args, queries, names, args.records)  # before connecting
     if not args.insecure and not args.cert:
         raise ValueError("--coordinator needs an operator certificate: --cert FILE (or --insecure)")
     with AdminClient(args.coordinator, cert=args.cert, key=args.key, ca=args.ca, insecure=args.insecure) as c:
+        if ask:
+            bound = registered_record_bound(c.status()["parties"], names)
+            if isinstance(bound, str):
+                raise ValueError(bound)
+            records, names = bound
+            params = _job_params(args, queries, names, records)
         job_id = c.submit_job("statistics", params, parties=names)
         rec = c.wait(job_id, raise_on_failure=False)
     if rec.get("state") != "done":
@@ -136,6 +137,20 @@ def _submit(args: argparse.Namespace, queries: list[str]) -> dict[str, Any]:
     return {"job_id": job_id, "epsilon": args.epsilon, "delta": args.delta, "noise": args.noise,
             "mechanism": summary.get("mechanism"), "confidence": args.confidence, "transport": "coordinator",
             "party_epsilon": rec.get("party_epsilon"), "results": summary.get("results", [])}
+
+
+def _job_params(args: argparse.Namespace, queries: list[str], names: list[str],
+                records: int | None) -> dict[str, Any]:
+    """The statistics job's validated parameters (``records``: the public bound of a distributed-noise job)."""
+    from dpfed import stats
+
+    secure = {"records": int(records)} if args.noise == "distributed" and records is not None else {}
+    params = stats.job_params(queries, epsilon=args.epsilon, delta=args.delta, group_by=args.group_by,
+                              noise=args.noise, mechanism=args.mechanism, confidence=args.confidence,
+                              parties=max(len(names), 2), **secure)
+    if args.noise == "distributed" and not names:
+        params.pop("min_survivors", None)  # every party of the roster
+    return params
 
 
 def _main(args: argparse.Namespace) -> int:

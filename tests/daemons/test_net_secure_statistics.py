@@ -32,7 +32,9 @@ def test_secure_statistics_over_grpc_matches_in_process(adult, tmp_path):
 
 
 def test_dpfed_stats_coordinator_with_distributed_noise(tmp_path, capsys):
-    """``dpfed stats --coordinator ... --noise distributed``: the real CLI submits to a real coordinator, three real
+    """``dpfed stats --coordinator ... --noise distributed`` without ``--records``: a roster with a party that never
+    registered (no bound) is refused in one line naming it; the real job's bound is the sum of the parties'
+    registered ``public_records`` (party.toml). The real CLI submits to a real coordinator, three real
     party daemon processes (mutual TLS, their own records and ledgers) answer under secure aggregation with Polya
     shares (mechanism auto at epsilon 1: ddlaplace); each party charges the plan once, within epsilon 1; the means'
     and counts' intervals hold the true per-class values of the parties' records (6 se). 40 s measured at
@@ -49,6 +51,7 @@ def test_dpfed_stats_coordinator_with_distributed_noise(tmp_path, capsys):
     t0 = time.monotonic()
     schema = Schema.numeric_box(3, 0.0, 1.0, n_classes=2)
     names = [f"party-{i}" for i in range(3)]
+    public = {"party-0": 400, "party-1": 350, "party-2": 320}  # each holds 300 records
     pki = make_pki(tmp_path, parties=3)
     server = start_coordinator(pki, tmp_path / "state")
     data, procs = [], []
@@ -67,14 +70,22 @@ def test_dpfed_stats_coordinator_with_distributed_noise(tmp_path, capsys):
                 "name": name, "coordinator": f"127.0.0.1:{server.port}", "data": str(d / "data.npz"),
                 "ledger": str(d / "ledger.sqlite"), "epsilon_limit": 10.0, "delta_limit": 1e-5,
                 "reconnect_seconds": 0.2, "plugins": list(PLUGINS), "schema_file": str(d / "schema.json"),
-                "exit_with_parent": True, "tls": {"ca": str(f.ca), "cert": str(f.cert), "key": str(f.key)}})
+                "exit_with_parent": True,
+                "public_records": public[name], "tls": {"ca": str(f.ca), "cert": str(f.cert), "key": str(f.key)}})
             procs.append(spawn_party(d / "party.toml"))
         assert server.coordinator.wait_for_parties(names, 60)
-        code = main(["stats", "--coordinator", f"127.0.0.1:{server.port}", "--cert", str(pki.files("operator").cert),
-                     "--parties", *names, "--epsilon", "1", "--noise", "distributed", "--records", "1000",
+        conn = ["--coordinator", f"127.0.0.1:{server.port}", "--cert", str(pki.files("operator").cert)]
+        code = main(["stats", *conn, "--parties", "party-0", "ghost", "--epsilon", "1", "--noise", "distributed",
+                     "--count"])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, out + err
+        assert "ghost" in err and "party-0" not in err and "public_records" in err and "--records" in err
+        code = main(["stats", *conn, "--parties", *names, "--epsilon", "1", "--noise", "distributed",
                      "--mean", "x0", "--histogram", "x1:bins=4", "--count", "--group-by", "class", "--json"])
         out, err = capsys.readouterr()
         assert code == 0, out + err
+        job = server.coordinator.jobs[json.loads(out)["job_id"]]
+        assert job.params["records"] == sum(public.values()) and sorted(job.parties) == names
     finally:
         for p in procs:
             p.terminate()
