@@ -10,7 +10,9 @@
 #   dpfed-coordinator, a network alias of the coordinator's pod; the operator dials 127.0.0.1)
 # DIR/data: PARTY.npz (or .csv) and schema.json per party, e.g. deploy/compose/make_demo_data.py DIR/data
 # Environment: DPFED_PORT (host port on 127.0.0.1, default 50051), DPFED_NETWORK (default dpfed),
-# DPFED_IMAGE (default dpfed:0.1.0, from deploy/build-image.sh), DPFED_SEED (TESTS ONLY: reproducible noise).
+# DPFED_IMAGE (default dpfed:0.1.0, from deploy/build-image.sh), DPFED_PUBLIC_RECORDS (PUBLIC: each party's
+# published bound on its record count, party.toml public_records, so that `dpfed job submit --noise distributed`
+# needs no --records; unset: none declared), DPFED_SEED (TESTS ONLY: reproducible noise).
 # Volumes: dpfed-coordinator-state and dpfed-PARTY-ledger are the durable ones (the ledger IS the party's
 # budget); dpfed-*-certs and dpfed-PARTY-data are filled from DIR; podman 4.3 keeps each ConfigMap in a
 # volume named after it (dpfed-coordinator, dpfed-PARTY), filled once: `down` removes those so that an
@@ -55,6 +57,7 @@ up() {
     fill "dpfed-$p-data" "$tmp/$p/data"
     render party "$p" --coordinator dpfed-coordinator:50051 --schema "$dir/data/schema.json" \
       --data "/data/$data" --secrets-as-volumes --no-claims ${DPFED_SEED:+--seed "$DPFED_SEED"} \
+      ${DPFED_PUBLIC_RECORDS:+--public-records "$DPFED_PUBLIC_RECORDS"} \
       | sed "s|image: dpfed:0.1.0|image: $image|" >"$tmp/$p.yaml"
     play "$net" "$tmp/$p.yaml" "dpfed-$p-ledger"
   done

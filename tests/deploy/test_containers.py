@@ -56,6 +56,7 @@ DEPLOY = ROOT / "deploy"
 PARTIES = ("party-a", "party-b", "party-c")
 SEED = 7
 JOB = "containers-nb"
+PUBLIC_RECORDS = 11000  # each demo party holds 10,854 Adult records (deploy/compose/make_demo_data.py)
 LR_JOB = "containers-lr"
 LR_PARAMS = {"epsilon": 1.0, "epochs": 2, "sampling_rate": 0.1}  # 21 rounds: the initialisation and 20 steps
 ACTIVE = ("queued", "offering", "running")  # a job not ended yet
@@ -219,7 +220,8 @@ def federation(tmp_path_factory) -> Iterator[Federation]:
     _certificates(root / "certs")
     fed = Federation(root, free_port(), env)
     env = {**env, "DPFED_PORT": str(fed.port), "DPFED_NETWORK": f"dpfed-test-{os.getpid()}",
-           "DPFED_SEED": str(SEED), "PYTHON": sys.executable}
+           "DPFED_SEED": str(SEED), "PYTHON": sys.executable,
+           "DPFED_PUBLIC_RECORDS": str(PUBLIC_RECORDS)}  # podman-play.sh writes it into each party.toml
     fed.env = env
     play = str(DEPLOY / "k8s/podman-play.sh")
     try:
@@ -292,6 +294,9 @@ def test_naive_bayes_in_containers_matches_in_process(federation: Federation):
     t0 = time.monotonic()
     fed.wait("three parties connected", lambda: fed.connected() == 3)
     _note(t0, "three parties connected")
+    # each party published the bound podman-play.sh put in its party.toml, and registered with it
+    assert {p["name"]: p.get("public_records") for p in fed.status()["parties"]} == dict.fromkeys(PARTIES,
+                                                                                                   PUBLIC_RECORDS)
     fed.cli("job", "submit", "--algorithm", "naive-bayes", "--epsilon", "1", "--job-id", JOB)
     job = fed.wait("the job to end", lambda: (j := fed.job()) and j["state"] not in ACTIVE and j)
     assert job["state"] == "done", job
