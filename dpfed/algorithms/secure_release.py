@@ -26,11 +26,11 @@ from typing import Iterator
 
 import numpy as np
 
-from dpfed.algorithms.contract import Algorithm, Answer, JobSpec, Task
+from dpfed.algorithms.contract import Algorithm, Answer, JobSpec, Released, Task, TaskRejected
 from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.core.rng import SecureRNG
 
-__all__ = ["SecureRelease", "release_of", "release_for"]
+__all__ = ["SecureRelease", "PlainAnswerRefused", "release_of", "release_for"]
 
 
 class SecureRelease(ABC):
@@ -58,6 +58,15 @@ class SecureRelease(ABC):
         """The coordinator's decode of the survivors' sum mod 2^B into the named arrays of the plan's layout
         (KLS21 Alg. 2; centring only for integer plans). The learner's coordinator half post-processes them."""
         return plan.decode(total)
+
+
+class PlainAnswerRefused:
+    """A secure party half's plain ``answer``: refused, since its job's releases leave only through secure
+    aggregation (:meth:`SecureRelease.rows` plus one noise share). Listed first in the bases, before the plain
+    party class whose ``answer`` it replaces."""
+
+    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
+        raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
 
 
 def release_of(half: object) -> SecureRelease | None:

@@ -15,7 +15,7 @@ from dpfed.algorithms.decision_tree import secure
 from dpfed.algorithms.decision_tree.release import plan_release
 from dpfed.algorithms.decision_tree.task import party_vector, round_of, structure
 from dpfed.algorithms.secure_plan import SecurePlan
-from dpfed.algorithms.secure_release import SecureRelease
+from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
 from dpfed.core.rng import SecureRNG
 
 __all__ = ["TreeParty", "SecureTreeParty"]
@@ -49,14 +49,11 @@ class TreeParty(PartyAlgorithm):
         return Released({"counts": np.asarray(rel.value, dtype=np.int64)}, (rel.event,))
 
 
-class SecureTreeParty(TreeParty, SecureRelease):
+class SecureTreeParty(PlainAnswerRefused, TreeParty, SecureRelease):
     """Distributed noise under secure aggregation: the same rounds, each released as the exact integer counts
     plus one noise share through the secure session (never by :meth:`answer`)."""
 
     builtin = True
-
-    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
 
     def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
         return secure.secure_plan(spec, task)

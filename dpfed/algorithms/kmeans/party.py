@@ -19,7 +19,7 @@ from dpfed.algorithms.kmeans.options import spec_plan
 from dpfed.algorithms.kmeans.plan import plan_event
 from dpfed.algorithms.kmeans.secure_plan import job_event as secure_job_event
 from dpfed.algorithms.secure_plan import SecurePlan
-from dpfed.algorithms.secure_release import SecureRelease
+from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
 from dpfed.core.rng import SecureRNG
 
 __all__ = ["KMeansParty", "SecureKMeansParty"]
@@ -54,7 +54,7 @@ class KMeansParty(PartyAlgorithm):
         return Released({"centers": C[None], "sizes": sizes.astype(np.float64)[None]}, tuple(events))
 
 
-class SecureKMeansParty(PartyAlgorithm, SecureRelease):
+class SecureKMeansParty(PlainAnswerRefused, PartyAlgorithm, SecureRelease):
     """Distributed noise under secure aggregation: the rounds of :mod:`dpfed.algorithms.kmeans.secure`, each
     one integer vector plus one discrete Gaussian share (never answered by :meth:`answer`)."""
 
@@ -69,9 +69,6 @@ class SecureKMeansParty(PartyAlgorithm, SecureRelease):
 
     def check_task(self, spec: JobSpec, task: Task) -> None:
         secure.check_task(spec, task)
-
-    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        raise TaskRejected("a distributed-noise kmeans job answers only through secure aggregation")
 
     def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
         return secure.secure_plan(spec, task)

@@ -30,7 +30,7 @@ from dpfed.algorithms.linear_models.layout import Layout, layout
 from dpfed.algorithms.linear_models.plan import LinearPlan, privacy_plan
 from dpfed.algorithms.linear_models.secure import count_rows, secure_linear_plan, task_plan
 from dpfed.algorithms.secure_plan import SecurePlan
-from dpfed.algorithms.secure_release import SecureRelease
+from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
 from dpfed.core import accounting
 from dpfed.core.errors import TaskRejected
 from dpfed.core.mechanisms import rounded_gaussian
@@ -173,7 +173,7 @@ class LinearParty(PartyAlgorithm):
         return Released({"grad": noisy.reshape(grad.W.shape)}, (dpsgd.subsampled(float(p["sampling_rate"]), event),))
 
 
-class SecureLinearParty(LinearParty, SecureRelease):
+class SecureLinearParty(PlainAnswerRefused, LinearParty, SecureRelease):
     """Distributed noise under secure aggregation: the count and the T steps of
     :mod:`dpfed.algorithms.linear_models.secure`, encoded and masked by the secure session (never :meth:`answer`)."""
 
@@ -186,9 +186,6 @@ class SecureLinearParty(LinearParty, SecureRelease):
         """Round 0: the count's release; round t >= 1: one of the T steps' (Poisson-subsampled) releases."""
         plan = secure_linear_plan(spec)
         return plan.count.event() if task.round == 0 else replace(plan.step, steps=1).event()
-
-    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
 
     def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
         return task_plan(spec, task)

@@ -9,14 +9,14 @@ from typing import Iterator
 import numpy as np
 from dp_accounting import dp_event
 
-from dpfed.algorithms.contract import JobSpec, Released, Task, TaskRejected
+from dpfed.algorithms.contract import JobSpec, Released, Task
 from dpfed.algorithms.linear_regression import secure
 from dpfed.algorithms.linear_regression.plan import TASK_KIND, Layout
 from dpfed.algorithms.linear_regression.release import plan_release
 from dpfed.algorithms.linear_regression.statistics import party_records, sufficient_statistics
 from dpfed.algorithms.one_release import OneReleaseParty
 from dpfed.algorithms.secure_plan import SecurePlan
-from dpfed.algorithms.secure_release import SecureRelease
+from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
 from dpfed.core.rng import SecureRNG
 
 __all__ = ["LinearRegressionParty", "SecureLinearRegressionParty"]
@@ -45,14 +45,11 @@ class LinearRegressionParty(OneReleaseParty):
         return Released({"stats": np.asarray(rel.value, dtype=np.int64)}, (rel.event,))
 
 
-class SecureLinearRegressionParty(LinearRegressionParty, SecureRelease):
+class SecureLinearRegressionParty(PlainAnswerRefused, LinearRegressionParty, SecureRelease):
     """Distributed noise under secure aggregation: the same one task, released as the integer vector plus one
     noise share (never by :meth:`answer`)."""
 
     builtin = True
-
-    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
 
     def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
         return secure.secure_plan(spec, task)

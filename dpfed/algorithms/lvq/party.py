@@ -45,7 +45,7 @@ from dpfed.algorithms.lvq.model import init_rows, rescale
 from dpfed.algorithms.lvq.plan import PrivacyPlan, privacy_plan
 from dpfed.algorithms.lvq.secure import secure_init_rows, secure_lvq_plan, task_plan
 from dpfed.algorithms.secure_plan import SecurePlan
-from dpfed.algorithms.secure_release import SecureRelease
+from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
 from dpfed.core import accounting
 from dpfed.core.errors import TaskRejected
 from dpfed.core.mechanisms import discrete_laplace, gaussian, laplace, rounded_gaussian
@@ -225,7 +225,7 @@ class LVQParty(PartyAlgorithm):
         return Released(out, (cnt.event, rel.event))
 
 
-class SecureLVQParty(LVQParty, SecureRelease):
+class SecureLVQParty(PlainAnswerRefused, LVQParty, SecureRelease):
     """Distributed noise under secure aggregation: the initialisation and the T steps of
     :mod:`dpfed.algorithms.lvq.secure`, each one distributed discrete Gaussian release encoded and masked by
     the secure session (never :meth:`answer`)."""
@@ -251,9 +251,6 @@ class SecureLVQParty(LVQParty, SecureRelease):
         releases. Their composition is :meth:`job_event`."""
         plan = secure_lvq_plan(spec)
         return plan.init.event() if task.round == 0 else replace(plan.step, steps=1).event()
-
-    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
 
     def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
         return task_plan(spec, task)

@@ -10,14 +10,14 @@ from typing import Iterator
 import numpy as np
 from dp_accounting import dp_event
 
-from dpfed.algorithms.contract import JobSpec, Released, Task, TaskRejected
+from dpfed.algorithms.contract import JobSpec, Released, Task
 from dpfed.algorithms.naive_bayes import secure
 from dpfed.algorithms.naive_bayes.plan import TASK_KIND
 from dpfed.algorithms.naive_bayes.release import plan_release
 from dpfed.algorithms.naive_bayes.statistics import party_records, sufficient_statistics
 from dpfed.algorithms.one_release import OneReleaseParty
 from dpfed.algorithms.secure_plan import SecurePlan
-from dpfed.algorithms.secure_release import SecureRelease
+from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
 from dpfed.core.rng import SecureRNG
 
 __all__ = ["NaiveBayesParty", "SecureNaiveBayesParty"]
@@ -46,14 +46,11 @@ class NaiveBayesParty(OneReleaseParty):
         return Released({"stats": np.asarray(rel.value, dtype=np.int64)}, (rel.event,))
 
 
-class SecureNaiveBayesParty(NaiveBayesParty, SecureRelease):
+class SecureNaiveBayesParty(PlainAnswerRefused, NaiveBayesParty, SecureRelease):
     """Distributed noise under secure aggregation: the same one task and plan (:func:`.release.plan_release`
     picks the distributed one), released as the integer vector plus one noise share (never by :meth:`answer`)."""
 
     builtin = True
-
-    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
 
     def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
         return secure.secure_plan(spec, task)

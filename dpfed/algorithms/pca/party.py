@@ -16,7 +16,7 @@ from dpfed.algorithms.pca.release import plan_release
 from dpfed.algorithms.pca.rounds import check_round, round_geometry
 from dpfed.algorithms.pca.statistics import round_vector
 from dpfed.algorithms.secure_plan import SecurePlan
-from dpfed.algorithms.secure_release import SecureRelease
+from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
 from dpfed.core.rng import SecureRNG
 
 __all__ = ["PCAParty", "SecurePCAParty"]
@@ -52,14 +52,11 @@ class PCAParty(PartyAlgorithm):
         return Released({ARRAYS[task.round]: np.asarray(rel.value, dtype=np.int64)}, (rel.event,))
 
 
-class SecurePCAParty(PCAParty, SecureRelease):
+class SecurePCAParty(PlainAnswerRefused, PCAParty, SecureRelease):
     """Distributed noise under secure aggregation: the same one task, released as the exact integer vector
     plus one discrete Gaussian share (never by :meth:`answer`)."""
 
     builtin = True
-
-    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
 
     def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
         return secure.secure_plan(spec, task)

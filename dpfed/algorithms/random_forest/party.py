@@ -10,7 +10,7 @@ from typing import Iterator
 import numpy as np
 from dp_accounting import dp_event
 
-from dpfed.algorithms.contract import JobSpec, Released, Task, TaskRejected
+from dpfed.algorithms.contract import JobSpec, Released, Task
 from dpfed.algorithms.one_release import OneReleaseParty
 from dpfed.algorithms.random_forest import secure
 from dpfed.algorithms.random_forest.model import leaf_counts
@@ -18,7 +18,7 @@ from dpfed.algorithms.random_forest.plan import TASK_KIND, job_forest
 from dpfed.algorithms.random_forest.records import party_records
 from dpfed.algorithms.random_forest.release import plan_release
 from dpfed.algorithms.secure_plan import SecurePlan
-from dpfed.algorithms.secure_release import SecureRelease
+from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
 from dpfed.core.rng import SecureRNG
 
 __all__ = ["ForestParty", "SecureForestParty"]
@@ -48,14 +48,11 @@ class ForestParty(OneReleaseParty):
         return Released({"counts": np.asarray(rel.value, dtype=np.int64)}, (rel.event,))
 
 
-class SecureForestParty(ForestParty, SecureRelease):
+class SecureForestParty(PlainAnswerRefused, ForestParty, SecureRelease):
     """Distributed noise under secure aggregation: the same one task, released as the exact integer counts plus
     one noise share through the secure session (never by :meth:`answer`)."""
 
     builtin = True
-
-    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
 
     def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
         return secure.secure_plan(spec, task)

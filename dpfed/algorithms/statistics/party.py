@@ -9,10 +9,10 @@ from typing import Iterator
 import numpy as np
 from dp_accounting import dp_event
 
-from dpfed.algorithms.contract import JobSpec, Released, Task, TaskRejected
+from dpfed.algorithms.contract import JobSpec, Released, Task
 from dpfed.algorithms.one_release import OneReleaseParty
 from dpfed.algorithms.secure_plan import SecurePlan
-from dpfed.algorithms.secure_release import SecureRelease
+from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
 from dpfed.algorithms.statistics import secure
 from dpfed.algorithms.statistics.encode import party_statistics
 from dpfed.algorithms.statistics.plan import TASK_KIND, StatsPlan, job_layout, pure_epsilon
@@ -58,14 +58,11 @@ def block_laplace(stats: np.ndarray, plan: StatsPlan, layout: Layout, rng: Secur
     return stats + noise.astype(np.int64), event
 
 
-class SecureStatisticsParty(StatisticsParty, SecureRelease):
+class SecureStatisticsParty(PlainAnswerRefused, StatisticsParty, SecureRelease):
     """Distributed noise under secure aggregation: the same one task and plan (:func:`.release.plan_release`
     picks the distributed one), released as the integer vector plus one noise share (never by :meth:`answer`)."""
 
     builtin = True
-
-    def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        raise TaskRejected("a secure-aggregation job answers only through secure aggregation")
 
     def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
         return secure.secure_plan(spec, task)
