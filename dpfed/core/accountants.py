@@ -3,10 +3,10 @@
 Tight accounting is delegated to Google's dp-accounting (PLD: Meiser & Mohammadi 2018, Doroshenko et
 al. 2022 "Connect the dots"; RDP: Mironov 2017, Mironov-Talwar-Zhang 2019), with an explicit
 neighbouring relation by name. Its two accountants are extended to dpfed's events
-(:mod:`dpfed.core.events`): the PLD accountant composes :class:`EpsilonDeltaBoundDpEvent` (the
-dominating pair of Kairouz, Oh & Viswanath 2015) and :class:`ScalarDiscreteGaussianDpEvent` (exact
-discrete-Gaussian PLD); the RDP accountant composes the latter as zCDP and the distributed discrete
-Gaussian by its RDP curve (KLS21).
+(:mod:`dpfed.core.events`): the PLD accountant here composes :class:`EpsilonDeltaBoundDpEvent` (the
+dominating pair of Kairouz, Oh & Viswanath 2015), :class:`ScalarDiscreteGaussianDpEvent` (exact
+discrete-Gaussian PLD) and the distributed discrete Gaussian; the RDP accountant
+(:mod:`dpfed.core.rdp_accountant`) composes the latter two as zCDP and by their RDP curve (KLS21).
 
 PLD discretisation: ``PLD_VALUE_DISCRETIZATION = 1e-4`` (dp-accounting's own default) for every
 epsilon below 10. It makes our numbers identical to ``PLDAccountant()``'s, costs about 0.3 s for
@@ -24,11 +24,9 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import dp_accounting
-import numpy as np
 from dp_accounting import privacy_accountant
 from dp_accounting.dp_event import DpEvent
 from dp_accounting.pld import pld_privacy_accountant
-from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpfed.core.composition import flatten, from_counts
 from dpfed.core.ddgauss_gdp import MAX_LOG_RATIO, dominating_pld, gaussian_dominance
@@ -41,11 +39,10 @@ from dpfed.core.events import (
     EpsilonDeltaBoundDpEvent,
     ScalarDiscreteGaussianDpEvent,
     discrete_gaussian_invalid,
-    event_invalid,
-    event_rdp,
 )
 from dpfed.core.gaussian_pld import gaussian_event_pld
 from dpfed.core.memo import shared_cache
+from dpfed.core.rdp_accountant import CompositionError, ExtendedRdpAccountant, ddgauss_parts
 
 __all__ = [
     "Neighbouring", "Accountant", "PLD_VALUE_DISCRETIZATION", "RELATIVE_GRID", "PLD_MAX_GRID",
@@ -107,7 +104,7 @@ def make_accountant(accountant: str = "pld", neighbouring: str = "add_remove", *
         return _PLDAccountant(  # PLDAccountant + EpsilonDeltaBoundDpEvent (end of module)
             neighboring_relation=rel, value_discretization_interval=pld_discretization)
     if accountant == "rdp":
-        return _RDPAccountant(neighboring_relation=rel)  # RdpAccountant + ScalarDiscreteGaussianDpEvent
+        return ExtendedRdpAccountant(neighboring_relation=rel)  # RdpAccountant + ScalarDiscreteGaussianDpEvent
     raise ValueError(f"accountant must be 'pld' or 'rdp', got {accountant!r}")
 
 
@@ -217,7 +214,7 @@ def loss_scale(event: DpEvent, delta: float, neighbouring: str = "add_remove") -
     where RDP covers everything, else only a size estimate (any PLD grid gives an upper bound)."""
     if not 0 < delta < 1:
         return 0.0
-    rdp = _RDPAccountant(orders=_SCALE_ORDERS, neighboring_relation=relation(neighbouring))
+    rdp = ExtendedRdpAccountant(orders=_SCALE_ORDERS, neighboring_relation=relation(neighbouring))
     rest, any_rdp = 0.0, False
     for key, n in flatten([event]).items():
         ev = event_from_json(key)
@@ -255,112 +252,6 @@ def parallel_epsilon(events_per_partition: Sequence[DpEvent], delta: float, **kw
 #: Shares of delta (or epsilon) given to the RDP part when a PLD and an RDP part are combined.
 _SPLITS = (0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98)
 
-#: dp-accounting nests this class in PrivacyAccountant (there is no module-level name).
-_CompositionError = privacy_accountant.PrivacyAccountant.CompositionErrorDetails
-
-
-def _ddgauss_parts(event: Any, rel: privacy_accountant.NeighboringRelation) -> tuple[Any, float, Any] | None:
-    """(inner event, sampling rate, composition error or None) of a distributed discrete Gaussian event, alone
-    or Poisson-subsampled (add/remove only); None for any other event."""
-    inner, q = event, 1.0
-    if (isinstance(event, dp_accounting.PoissonSampledDpEvent)
-            and isinstance(event.event, DistributedDiscreteGaussianDpEvent)):
-        inner, q = event.event, float(event.sampling_probability)
-        if rel is not privacy_accountant.NeighboringRelation.ADD_OR_REMOVE_ONE:
-            return inner, q, _CompositionError(invalid_event=event, error_message="a Poisson-subsampled "
-                                               "DistributedDiscreteGaussianDpEvent is accounted under add/remove only")
-        if not 0 <= q <= 1:
-            return inner, q, _CompositionError(invalid_event=event,
-                                               error_message="sampling_probability must be in [0, 1]")
-    if not isinstance(inner, DistributedDiscreteGaussianDpEvent):
-        return None
-    bad = event_invalid(inner)
-    return inner, q, (_CompositionError(invalid_event=event, error_message=bad) if bad else None)
-
-
-def _pure_epsilon(event: Any) -> float | None:
-    """The pure epsilon of a release dpfed charges as pure epsilon-DP under add/remove (discrete Laplace, an
-    (epsilon, 0) bound), else None. (Randomized response is a replace-one release, as dp-accounting has it.)"""
-    if isinstance(event, dp_accounting.dp_event.DiscreteLaplaceDpEvent):
-        return float(event.noise_parameter) * float(event.sensitivity)
-    if isinstance(event, EpsilonDeltaBoundDpEvent) and event.delta == 0:
-        return float(event.epsilon)
-    return None
-
-
-class _RDPAccountant(rdp_privacy_accountant.RdpAccountant):
-    """dp-accounting's RDP accountant that also composes :class:`ScalarDiscreteGaussianDpEvent`
-    (as the zCDP event it provably satisfies) and :class:`DistributedDiscreteGaussianDpEvent`,
-    alone or Poisson-subsampled (add/remove only), by the curve of
-    :func:`dpfed.core.events.event_rdp` (KLS21 Prop. 14; subsampling by the binomial expansion).
-
-    So that an RDP ledger takes every release dpfed makes (add/remove): a pure epsilon-DP release (discrete
-    Laplace, an (epsilon, 0) bound) by D_alpha <= min(epsilon, alpha epsilon^2 / 2) (pure
-    DP is (alpha, epsilon)-RDP for every alpha, and epsilon^2/2-zCDP: Bun & Steinke 2016, Prop. 3.3); an
-    (epsilon, delta) bound with delta > 0, which has no finite Renyi divergence, by basic composition with the
-    rest: (eps_rdp(delta - sum delta_i) + sum eps_i, delta)."""
-
-    _rdp: Any  # set by RdpAccountant.__init__ (dp-accounting ships no type information)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._bound_epsilon = 0.0  # sums over the (epsilon, delta > 0) bounds composed
-        self._bound_delta = 0.0
-
-    def get_epsilon(self, target_delta: float) -> float:
-        if self._bound_delta == 0.0:
-            return float(super().get_epsilon(target_delta))
-        if target_delta <= self._bound_delta:
-            return math.inf
-        return float(super().get_epsilon(target_delta - self._bound_delta)) + self._bound_epsilon
-
-    def get_delta(self, target_epsilon: float) -> float:
-        if self._bound_delta == 0.0:
-            return float(super().get_delta(target_epsilon))
-        if target_epsilon < self._bound_epsilon:
-            return 1.0
-        return min(1.0, float(super().get_delta(target_epsilon - self._bound_epsilon)) + self._bound_delta)
-
-    def _compose_bound(self, event: Any, count: int, do_compose: bool) -> Any:
-        """A pure or (epsilon, delta) release (class docstring); add/remove only."""
-        if self._neighboring_relation is not privacy_accountant.NeighboringRelation.ADD_OR_REMOVE_ONE:
-            return _CompositionError(invalid_event=event, error_message="pure and (epsilon, delta) releases are "
-                                     "accounted by RDP under add/remove only")
-        pure = _pure_epsilon(event)
-        if pure is not None:
-            if not (pure >= 0 and math.isfinite(pure)):
-                return _CompositionError(invalid_event=event, error_message="needs a finite epsilon >= 0")
-            if do_compose and count > 0:
-                orders = np.asarray(self._orders, dtype=np.float64)
-                self._rdp = self._rdp + count * np.minimum(pure, orders * pure * pure / 2.0)
-            return None
-        if not (event.epsilon >= 0 and math.isfinite(event.epsilon) and 0 <= event.delta <= 1):
-            return _CompositionError(invalid_event=event, error_message="EpsilonDeltaBoundDpEvent needs epsilon >= 0, "
-                                     "0 <= delta <= 1")
-        if do_compose and count > 0:
-            self._bound_epsilon += count * float(event.epsilon)
-            self._bound_delta += count * float(event.delta)
-        return None
-
-    def _maybe_compose(self, event: Any, count: int, do_compose: bool) -> Any:
-        if _pure_epsilon(event) is not None or isinstance(event, EpsilonDeltaBoundDpEvent):
-            return self._compose_bound(event, count, do_compose)
-        parts = _ddgauss_parts(event, self._neighboring_relation)
-        if parts is not None:
-            inner, q, bad = parts
-            if bad is not None:
-                return bad
-            if do_compose and count > 0:
-                self._rdp += count * event_rdp(inner, self._orders, q)
-            return None
-        if isinstance(event, ScalarDiscreteGaussianDpEvent):
-            bad = discrete_gaussian_invalid(event)
-            if bad:
-                return _CompositionError(invalid_event=event, error_message=bad)
-            rho = event.sensitivity ** 2 / (2.0 * event.sigma ** 2)
-            return super()._maybe_compose(dp_accounting.ZCDpEvent(rho), count, do_compose)
-        return super()._maybe_compose(event, count, do_compose)
-
 
 class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
     """dp-accounting's PLD accountant that also composes :class:`EpsilonDeltaBoundDpEvent`,
@@ -382,7 +273,8 @@ class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._rdp_part = _RDPAccountant(neighboring_relation=self._neighboring_relation)  # DDGauss without exact PLD
+        # the distributed discrete Gaussian releases no exact PLD covers
+        self._rdp_part = ExtendedRdpAccountant(neighboring_relation=self._neighboring_relation)
         self._rdp_part_used = False
         self._composed_events: list[tuple[Any, int]] = []  # for the all-RDP answer, built only when used
         self._log_up = 0.0  # true law <= e^up * the one the PLD describes, pointwise (upper sides)
@@ -394,13 +286,13 @@ class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
         self._composed_events.append((event, count))
         return self
 
-    def _rdp_all(self) -> _RDPAccountant | None:
+    def _rdp_all(self) -> ExtendedRdpAccountant | None:
         """Every release by RDP (None if it cannot take one), built only when an answer uses it (class docstring)."""
-        acc = _RDPAccountant(neighboring_relation=self._neighboring_relation)
+        acc = ExtendedRdpAccountant(neighboring_relation=self._neighboring_relation)
         return acc if all(acc.supports(e) and acc.compose(e, n) for e, n in self._composed_events) else None
 
     def _compose_ddgauss(self, event: Any, count: int, do_compose: bool) -> Any:
-        parts = _ddgauss_parts(event, self._neighboring_relation)
+        parts = ddgauss_parts(event, self._neighboring_relation)
         assert parts is not None  # called for distributed discrete Gaussian events only
         inner, q, bad = parts
         if bad is not None:
@@ -472,7 +364,7 @@ class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
             return self._compose_ddgauss(event, count, do_compose)
         if isinstance(event, EpsilonDeltaBoundDpEvent):
             if not (event.epsilon >= 0 and math.isfinite(event.epsilon) and 0 <= event.delta <= 1):
-                return _CompositionError(
+                return CompositionError(
                     invalid_event=event, error_message="EpsilonDeltaBoundDpEvent needs epsilon >= 0, 0 <= delta <= 1")
             if do_compose and count > 0:
                 from dp_accounting.pld import common, privacy_loss_distribution
@@ -484,7 +376,7 @@ class _PLDAccountant(pld_privacy_accountant.PLDAccountant):
         if isinstance(event, ScalarDiscreteGaussianDpEvent):
             bad = discrete_gaussian_invalid(event)
             if bad:
-                return _CompositionError(invalid_event=event, error_message=bad)
+                return CompositionError(invalid_event=event, error_message=bad)
             if do_compose and count > 0:
                 from dp_accounting.pld import common, privacy_loss_distribution
                 pld = privacy_loss_distribution.from_discrete_gaussian_mechanism(

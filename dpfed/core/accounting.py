@@ -4,14 +4,15 @@
 The pieces live in modules named for what they hold, as dp-accounting keeps ``dp_event``,
 accountants and calibration apart:
 
-============================  =====================================================================
-:mod:`dpfed.core.events`       dpfed's event classes and the distributed discrete Gaussian's RDP bound
-:mod:`dpfed.core.event_json`   the canonical, exact JSON of events (what ledgers store)
-:mod:`dpfed.core.composition`  composition (canonical multisets, basic, advanced) and plan coverage
-:mod:`dpfed.core.accountants`  PLD / RDP accountants, epsilon, delta, the PLD grid rule
-:mod:`dpfed.core.calibration`  noise calibration (never overshoots its target), DP-SGD events
-:mod:`dpfed.core.offer_cost`   cheap bounds that decide an offer before any expensive PLD
-============================  =====================================================================
+================================  =====================================================================
+:mod:`dpfed.core.events`          dpfed's event classes and the distributed discrete Gaussian's RDP bound
+:mod:`dpfed.core.event_json`      the canonical, exact JSON of events (what ledgers store)
+:mod:`dpfed.core.composition`     composition (canonical multisets, basic, advanced) and plan coverage
+:mod:`dpfed.core.accountants`     PLD / RDP accountants, epsilon, delta, the PLD grid rule
+:mod:`dpfed.core.rdp_accountant`  dp-accounting's RDP accountant extended to dpfed's events
+:mod:`dpfed.core.calibration`     noise calibration (never overshoots its target), DP-SGD events
+:mod:`dpfed.core.offer_cost`      cheap bounds that decide an offer before any expensive PLD
+================================  =====================================================================
 """
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ import pytest
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_acc
 from scipy import linalg, special, stats
 
-from dpfed.core import accountants, events, rotation
 from dpfed.core import distributed_noise as dn
+from dpfed.core import events, rdp_accountant, rotation
 from dpfed.core.dgauss_alias import sample_discrete_gaussian_alias
 from dpfed.core.rng import SecureRNG
 from dpfed.core.samplers import sample_discrete_gaussian
@@ -583,7 +583,7 @@ def test_accounting_composes_serialises_and_charges_the_event():
     ev = plan.event()
     assert accounting.event_from_json(accounting.event_to_json(ev)) == ev
     # dpfed's RDP accountant on this module's orders gives exactly this module's epsilon
-    acc = accountants._RDPAccountant(orders=[float(a) for a in events.RDP_ORDERS])
+    acc = rdp_accountant.ExtendedRdpAccountant(orders=[float(a) for a in events.RDP_ORDERS])
     acc.compose(ev)
     inner = ev.event.event
     assert acc.get_epsilon(1e-5) == pytest.approx(
