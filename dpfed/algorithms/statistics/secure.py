@@ -44,7 +44,7 @@ from dpfed.core.events import DistributedDiscreteGaussianDpEvent
 from dpfed.core.polya import polya_share_variance
 from dpfed.core.memo import shared_cache
 
-__all__ = ["secure_release", "integer_plan", "gaussian_plan", "laplace_plan", "smallest_sigma",
+__all__ = ["secure_release", "integer_plan", "gaussian_plan", "laplace_plan", "smallest_sigma", "share_sigma",
            "secure_plan", "secure_rows"]
 
 
@@ -113,10 +113,7 @@ def gaussian_plan(levels: tuple[int, ...], dim: int, eps: float, honest: int, pa
     weights = np.full(len(levels), grid, np.int64)
     l1i, l2 = sensitivities(weights, levels)
     l1 = float(l1i)
-    sigma = dn.calibrate_sigma_share(eps, delta, honest_parties=honest, l2_sensitivity=l2, l1_sensitivity=l1,
-                                     dimension=dim)
-    sigma = smallest_sigma(lambda s: DistributedDiscreteGaussianDpEvent(float(s), int(honest), l2, l1, dim),
-                           float(sigma), eps, delta)
+    sigma = share_sigma(eps, delta, int(honest), l2, l1, dim)
     event = DistributedDiscreteGaussianDpEvent(float(sigma), int(honest), l2, l1, dim)
     bits = sn.integer_bits(floor_bits, records * float(grid), sigma, parties, dim)
     noise = dn.DistributedNoisePlan(dimension=dim, clip=l2, gamma=1.0, bits=bits, sigma_share=float(sigma),
@@ -124,6 +121,17 @@ def gaussian_plan(levels: tuple[int, ...], dim: int, eps: float, honest: int, pa
     plan = StatsPlan("ddgauss", weights, int(l1), l2, np.full(len(levels), float(sigma)),
                      np.full(len(levels), float(sigma) ** 2), event)
     return plan, SecurePlan(noise, (("stats", (dim,)),), sn.rotation_seed(job_id, 0), integer=True, l1=l1)
+
+
+@shared_cache(maxsize=64)
+def share_sigma(eps: float, delta: float, honest: int, l2: float, l1: float, dim: int) -> float:
+    """The smallest share sigma whose ``DistributedDiscreteGaussianDpEvent`` meets (eps, delta) by RDP: the DDGauss
+    calibration refined by :func:`smallest_sigma`. A function of public sizes only, not of the job id, so jobs of
+    one shape (a daemon's repeated queries, a benchmark's seeds) calibrate once instead of per job."""
+    sigma = dn.calibrate_sigma_share(eps, delta, honest_parties=honest, l2_sensitivity=l2, l1_sensitivity=l1,
+                                     dimension=dim)
+    return smallest_sigma(lambda s: DistributedDiscreteGaussianDpEvent(float(s), honest, l2, l1, dim),
+                          float(sigma), eps, delta)
 
 
 def smallest_sigma(event: Callable[[float], DpEvent], start: float, eps: float, delta: float) -> float:
