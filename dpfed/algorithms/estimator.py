@@ -1,16 +1,20 @@
 """Scikit-learn's estimator conventions without importing scikit-learn (a test/bench extra only).
 
 ``get_params`` / ``set_params`` read the constructor's signature, so ``sklearn.base.clone``, grid
-searches and pipelines treat dpfed models like their own; ``ClassifierScore.score`` is accuracy.
+searches and pipelines treat dpfed models like their own; ``ClassifierScore.score`` is accuracy;
+``SchemaModel`` holds the fitted state of a model released over a public schema.
 """
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["EstimatorParams", "ClassifierScore", "RegressorScore", "class_indices"]
+from dpfed.data.schema import Schema
+
+__all__ = ["EstimatorParams", "ClassifierScore", "RegressorScore", "SchemaModel", "class_indices", "model_arrays"]
 
 
 class EstimatorParams:
@@ -64,6 +68,40 @@ class RegressorScore:
         res = float(np.sum(w * (y - np.asarray(self.predict(X))) ** 2))
         tot = float(np.sum(w * (y - np.average(y, weights=w)) ** 2))
         return 1.0 - res / tot
+
+
+def model_arrays(model: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """A released model's entries as arrays (a model file's, for an estimator's ``from_model``)."""
+    return {k: np.asarray(v) for k, v in model.items()}
+
+
+class SchemaModel:
+    """The fitted state of an estimator whose released model is a dict of arrays over a public schema:
+    ``model_``, ``schema_``, ``n_features_in_``, a classifier's ``classes_`` (the class indices
+    0..n_classes-1) and, after ``fit``, ``privacy_event_``; records are validated against the schema."""
+
+    #: False for a regressor or a transformer (no ``classes_``)
+    classifier: ClassVar[bool] = True
+    model_: dict[str, np.ndarray]
+    schema_: Schema
+
+    def _adopt_model(self, model: dict[str, np.ndarray], schema: Schema, event: object = None) -> None:
+        """Set the fitted attributes from the released ``model`` (and the ``event`` ``fit`` charged)."""
+        self.model_, self.schema_ = model, schema
+        if self.classifier:
+            self.classes_ = np.arange(schema.n_classes)
+        self.n_features_in_ = schema.n_features
+        if event is not None:
+            self.privacy_event_ = event
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "model_"):
+            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit first")
+
+    def _fitted_records(self, X: Any) -> np.ndarray:
+        """``X`` validated against the fitted schema, numeric columns clamped to its bounds."""
+        self._check_fitted()
+        return self.schema_.validate(X, clip_numeric=True)
 
 
 def class_indices(y: np.ndarray, classes: Any = None) -> tuple[np.ndarray, np.ndarray]:

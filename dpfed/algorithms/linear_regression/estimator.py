@@ -8,7 +8,7 @@ import numpy as np
 
 from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.driver import run_local
-from dpfed.algorithms.estimator import EstimatorParams, RegressorScore
+from dpfed.algorithms.estimator import EstimatorParams, RegressorScore, SchemaModel, model_arrays
 from dpfed.algorithms.linear_regression.algorithm import ALGORITHMS
 from dpfed.algorithms.linear_regression.model import predict
 from dpfed.algorithms.linear_regression.options import DEFAULT_DELTA
@@ -19,7 +19,7 @@ from dpfed.data.schema import DataDerivedBoundsWarning, DataValidationError, Fea
 __all__ = ["DPLinearRegression"]
 
 
-class DPLinearRegression(EstimatorParams, RegressorScore):
+class DPLinearRegression(SchemaModel, EstimatorParams, RegressorScore):
     """Scikit-learn-style DP linear (ridge) regression for one array: AdaSSP (default) or the functional
     mechanism, the party and coordinator halves on one party; ``score`` is R^2.
 
@@ -27,6 +27,8 @@ class DPLinearRegression(EstimatorParams, RegressorScore):
     one, ``fit`` derives all-numeric bounds from the data and warns (:class:`DataDerivedBoundsWarning`): that
     leaks. ``random_state`` (int) makes the noise reproducible (simulation only; it warns), None is secure.
     """
+
+    classifier = False
 
     def __init__(self, epsilon: float = 1.0, delta: float = DEFAULT_DELTA, schema: Schema | None = None,
                  method: str = "adassp", random_state: int | None = None) -> None:
@@ -57,10 +59,8 @@ class DPLinearRegression(EstimatorParams, RegressorScore):
         yv = schema.labels(y)
         rng = SecureRNG() if self.random_state is None else SecureRNG.from_seed(int(self.random_state))
         run = run_local(algo, spec, Xv, yv, rng)
-        self.model_, self.schema_ = run.coordinator.model(), schema
+        self._adopt_model(run.coordinator.model(), schema, run.event)
         self.coef_ = np.asarray(self.model_["coef"])
-        self.n_features_in_ = schema.n_features
-        self.privacy_event_ = run.event
         return self
 
     @classmethod
@@ -69,12 +69,9 @@ class DPLinearRegression(EstimatorParams, RegressorScore):
         """The fitted estimator of a released model (a model file, :mod:`dpfed.algorithms.model_file`)."""
         est = cls(epsilon=float(params.get("epsilon", 1.0)), delta=float(params.get("delta", DEFAULT_DELTA)),
                   schema=schema, method=str(params.get("method", "adassp")))
-        est.model_, est.schema_ = {k: np.asarray(v) for k, v in model.items()}, schema
+        est._adopt_model(model_arrays(model), schema)
         est.coef_ = np.asarray(est.model_["coef"])
-        est.n_features_in_ = schema.n_features
         return est
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        if not hasattr(self, "model_"):
-            raise RuntimeError("this DPLinearRegression is not fitted yet; call fit first")
-        return predict(self.model_, self.schema_.validate(X, clip_numeric=True))
+        return predict(self.model_, self._fitted_records(X))

@@ -9,7 +9,7 @@ import numpy as np
 
 from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.driver import run_local
-from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
+from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams, SchemaModel, model_arrays
 from dpfed.algorithms.naive_bayes.algorithm import ALGORITHMS
 from dpfed.algorithms.naive_bayes.model import joint_log_likelihood
 from dpfed.algorithms.naive_bayes.plan import DEFAULT_ALPHA, DEFAULT_VAR_FLOOR
@@ -24,7 +24,7 @@ class DataDerivedSchemaWarning(UserWarning):
     """The estimator derived bounds and classes from the data: the release is then NOT private."""
 
 
-class DPNaiveBayes(EstimatorParams, ClassifierScore):
+class DPNaiveBayes(SchemaModel, EstimatorParams, ClassifierScore):
     """Scikit-learn-style DP naive Bayes for one array: the party and coordinator halves, one party.
 
     ``schema`` gives the public domains and bounds; without one, ``fit`` derives all-numeric bounds
@@ -60,11 +60,7 @@ class DPNaiveBayes(EstimatorParams, ClassifierScore):
         yv = check_labels(np.asarray(y), len(Xv), schema.n_classes)
         rng = SecureRNG() if self.random_state is None else SecureRNG.from_seed(int(self.random_state))
         run = run_local(ALGORITHMS["naive-bayes"], spec, Xv, yv, rng)
-        coord = run.coordinator
-        self.model_, self.schema_ = coord.model(), schema
-        self.classes_ = np.arange(schema.n_classes)
-        self.n_features_in_ = schema.n_features
-        self.privacy_event_ = run.event
+        self._adopt_model(run.coordinator.model(), schema, run.event)
         return self
 
     @classmethod
@@ -73,18 +69,11 @@ class DPNaiveBayes(EstimatorParams, ClassifierScore):
         est = cls(epsilon=float(params.get("epsilon", 1.0)), delta=float(params.get("delta", 0.0)), schema=schema,
                   mechanism=str(params.get("mechanism", "auto")), alpha=float(params.get("alpha", DEFAULT_ALPHA)),
                   var_floor=float(params.get("var_floor", DEFAULT_VAR_FLOOR)))
-        est.model_, est.schema_ = {k: np.asarray(v) for k, v in model.items()}, schema
-        est.classes_ = np.arange(schema.n_classes)
-        est.n_features_in_ = schema.n_features
+        est._adopt_model(model_arrays(model), schema)
         return est
 
-    def _validated(self, X: np.ndarray) -> np.ndarray:
-        if not hasattr(self, "model_"):
-            raise RuntimeError("this DPNaiveBayes is not fitted yet; call fit first")
-        return self.schema_.validate(X, clip_numeric=True)
-
     def predict_log_proba(self, X: np.ndarray) -> np.ndarray:
-        Xv = self._validated(X)
+        Xv = self._fitted_records(X)
         jll = joint_log_likelihood(self.model_, Xv)
         m = jll.max(axis=1, keepdims=True)
         return jll - (m + np.log(np.sum(np.exp(jll - m), axis=1, keepdims=True)))
@@ -93,5 +82,5 @@ class DPNaiveBayes(EstimatorParams, ClassifierScore):
         return np.exp(self.predict_log_proba(X))
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        Xv = self._validated(X)
+        Xv = self._fitted_records(X)
         return np.argmax(joint_log_likelihood(self.model_, Xv), axis=1)

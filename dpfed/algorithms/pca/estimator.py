@@ -10,7 +10,7 @@ import numpy as np
 
 from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.driver import run_local
-from dpfed.algorithms.estimator import EstimatorParams
+from dpfed.algorithms.estimator import EstimatorParams, SchemaModel, model_arrays
 from dpfed.algorithms.pca.algorithm import ALGORITHMS
 from dpfed.algorithms.pca.model import captured_variance, project
 from dpfed.algorithms.pca.plan import DEFAULT_MEAN_SHARE, DEFAULT_MEAN_WEIGHT
@@ -20,7 +20,7 @@ from dpfed.data.schema import DataDerivedBoundsWarning, DataValidationError, Sch
 __all__ = ["DPPCA"]
 
 
-class DPPCA(EstimatorParams):
+class DPPCA(SchemaModel, EstimatorParams):
     """Differentially private PCA ("Analyze Gauss" with a noisy mean from the same release; see
     :mod:`dpfed.algorithms.pca.plan`) with scikit-learn's attribute names: ``components_`` (k x d rows),
     ``explained_variance_``, ``explained_variance_ratio_`` (of the noisy total variance), ``mean_``,
@@ -31,6 +31,8 @@ class DPPCA(EstimatorParams):
     that is NOT private. ``clip`` bounds a record's norm around ``origin`` in units of the largest feature
     range (``mean_clip`` around ``origin`` for the noisy mean). ``random_state`` (int) makes the noise reproducible (simulation only; it warns), None is secure.
     """
+
+    classifier = False
 
     def __init__(self, n_components: int = 2, epsilon: float = 1.0, delta: float = 1e-6,
                  schema: Schema | None = None, bounds: tuple[Any, Any] | None = None, clip: float | None = None,
@@ -69,14 +71,12 @@ class DPPCA(EstimatorParams):
         rng = SecureRNG() if self.random_state is None else SecureRNG.from_seed(int(self.random_state))
         run = run_local(algo, spec, Xv, None, rng)
         model = run.coordinator.model()
-        self.model_, self.schema_ = model, schema
+        self._adopt_model(model, schema, run.event)
         self.components_ = model["components"]
         self.explained_variance_ = model["explained_variance"]
         self.explained_variance_ratio_ = model["explained_variance_ratio"]
         self.mean_ = model["mean"]
         self.n_components_ = int(self.n_components)
-        self.n_features_in_ = schema.n_features
-        self.privacy_event_ = run.event
         return self
 
     @classmethod
@@ -87,26 +87,21 @@ class DPPCA(EstimatorParams):
                   clip=params.get("clip"), mean_clip=params.get("mean_clip"), origin=str(params.get("origin", "midpoint")),
                   mean_weight=float(params.get("mean_weight", DEFAULT_MEAN_WEIGHT)),
                   mean_share=float(params.get("mean_share", DEFAULT_MEAN_SHARE)))
-        est.model_, est.schema_ = {k: np.asarray(v) for k, v in model.items()}, schema
+        est._adopt_model(model_arrays(model), schema)
         est.components_, est.mean_ = est.model_["components"], est.model_["mean"]
         est.explained_variance_ = est.model_.get("explained_variance")
         est.explained_variance_ratio_ = est.model_.get("explained_variance_ratio")
-        est.n_components_, est.n_features_in_ = int(est.components_.shape[0]), schema.n_features
+        est.n_components_ = int(est.components_.shape[0])
         return est
 
     def score(self, X: np.ndarray, y: Any = None) -> float:
         """The variance of ``X`` (clamped to the public bounds, centred by its own mean) captured by the
         released components: the job's own evaluation (:func:`~.model.evaluate`, ``captured_variance``)."""
-        self._check()
-        return captured_variance(self.components_, self.schema_.validate(X, clip_numeric=True))
-
-    def _check(self) -> None:
-        if not hasattr(self, "model_"):
-            raise RuntimeError("this DPPCA is not fitted yet; call fit first")
+        return captured_variance(self.components_, self._fitted_records(X))
 
     def transform(self, X: np.ndarray) -> np.ndarray:
         """(X - mean_) @ components_.T (post-processing: no privacy cost)."""
-        self._check()
+        self._check_fitted()
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.n_features_in_:
             raise DataValidationError(f"expected a 2-d array with {self.n_features_in_} columns")
@@ -116,5 +111,5 @@ class DPPCA(EstimatorParams):
         return self.fit(X, y).transform(X)
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
-        self._check()
+        self._check_fitted()
         return np.asarray(Z, dtype=np.float64) @ self.components_ + self.mean_
