@@ -12,9 +12,9 @@ import numpy as np
 from dp_accounting import dp_event
 
 from dpfed.algorithms import secure_noise as sn
-from dpfed.algorithms.contract import Aggregate, JobSpec, PartyAlgorithm, Task, TaskRejected
+from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
 
-__all__ = ["OneRelease", "OneReleaseParty", "check_contributors", "integer_total"]
+__all__ = ["OneRelease", "OneReleaseParty", "OneReleaseCoordinator", "check_contributors", "integer_total"]
 
 
 class OneReleaseParty(PartyAlgorithm):
@@ -115,3 +115,44 @@ class OneRelease:
         got = check_contributors(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors,
                                  learner=self.learner)
         return got, integer_total(combined, key, length)
+
+
+class OneReleaseCoordinator(CoordinatorAlgorithm):
+    """The coordinator half of a one-release learner: its one task, then the summed integer vector ``key`` of the
+    contributors (:meth:`OneRelease.total`) post-processed once into the model. A subclass gives
+    :attr:`length`, :meth:`model_from` and ``summary``; ``survivors`` is the number of parties in the sum (one
+    noise release, or share, each), the job's parties until it is known."""
+
+    #: the name of the summed vector in the parties' answers
+    key: ClassVar[str] = "stats"
+
+    def __init__(self, spec: JobSpec, parties: Sequence[str], task_kind: str, learner: str) -> None:
+        self.spec, self.release = spec, OneRelease.of(spec, parties, task_kind, learner)
+        self.survivors = len(self.release.parties)
+        self._model: dict[str, np.ndarray] | None = None
+
+    @property
+    @abstractmethod
+    def length(self) -> int:
+        """The length of the summed vector."""
+
+    @abstractmethod
+    def model_from(self, total: np.ndarray, contributors: int) -> dict[str, np.ndarray]:
+        """The model from ``total``, the int64 sum of ``contributors`` parties' vectors (post-processing only)."""
+
+    def next_task(self) -> Task | None:
+        return self.release.next_task()
+
+    def absorb(self, task: Task, combined: Aggregate) -> None:
+        got, total = self.release.total(task, combined, self.key, self.length, absorbed=self._model is not None)
+        self.survivors = got
+        self._model = self.model_from(total, got)
+
+    @property
+    def progress(self) -> float:
+        return 1.0 if self._model is not None else 0.0
+
+    def model(self) -> dict[str, np.ndarray]:
+        if self._model is None:
+            raise RuntimeError(f"the {self.release.learner} job has not finished")
+        return dict(self._model)

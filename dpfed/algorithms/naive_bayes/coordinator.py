@@ -7,43 +7,31 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
+from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.naive_bayes.model import postprocess
 from dpfed.algorithms.naive_bayes.plan import TASK_KIND, Layout, job_options
 from dpfed.algorithms.naive_bayes.release import plan_release
-from dpfed.algorithms.one_release import OneRelease
+from dpfed.algorithms.one_release import OneReleaseCoordinator
 
 __all__ = ["NaiveBayesCoordinator"]
 
 
-class NaiveBayesCoordinator(CoordinatorAlgorithm):
+class NaiveBayesCoordinator(OneReleaseCoordinator):
     """The coordinator half: one task, sum of the parties' integer vectors, post-processing."""
 
     def __init__(self, spec: JobSpec, parties: Sequence[str]) -> None:
         _, self.alpha, self.var_floor = job_options(spec)
-        self.spec, self.release = spec, OneRelease.of(spec, parties, TASK_KIND, "naive Bayes")
+        super().__init__(spec, parties, TASK_KIND, "naive Bayes")
         self.layout = Layout.from_schema(spec.schema)
         self.plan = plan_release(spec)
-        self.survivors = len(self.release.parties)
-        self._model: dict[str, np.ndarray] | None = None
-
-    def next_task(self) -> Task | None:
-        return self.release.next_task()
-
-    def absorb(self, task: Task, combined: Aggregate) -> None:
-        got, total = self.release.total(task, combined, "stats", self.layout.length, absorbed=self._model is not None)
-        self.survivors = got  # noise_var is per share: the sum holds one per contributor
-        self._model = postprocess(total, self.layout, self.plan, got, self.alpha,
-                                  self.var_floor)
 
     @property
-    def progress(self) -> float:
-        return 1.0 if self._model is not None else 0.0
+    def length(self) -> int:
+        return int(self.layout.length)
 
-    def model(self) -> dict[str, np.ndarray]:
-        if self._model is None:
-            raise RuntimeError("the naive Bayes job has not finished")
-        return dict(self._model)
+    def model_from(self, total: np.ndarray, contributors: int) -> dict[str, np.ndarray]:
+        # noise_var is per share: the sum holds one per contributor
+        return postprocess(total, self.layout, self.plan, contributors, self.alpha, self.var_floor)
 
     def summary(self) -> dict[str, Any]:
         shares = self.survivors if self.release.secure else 1
