@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from dpfed.algorithms import dpsgd
-from dpfed.algorithms import secure_noise as sn
+from dpfed.algorithms.dpsgd.options import n_parties, noise_params, optimizer_params, private_param, schedule_params
 from dpfed.algorithms.linear_models.defaults import DEFAULTS
 from dpfed.algorithms.linear_models.plan import prepare_params
 from dpfed.algorithms.params import EPSILON, MEMORY_CAP_BYTES, Param, ParamTable, arg_type, delta_param
@@ -27,33 +27,20 @@ MEMORY_FACTOR = 16
 
 PARAMS = ParamTable((
     EPSILON, delta_param(1e-5, positive=True),
-    Param("epochs", float, DEFAULTS["epochs"], lo=0.0, lo_open=True, hi=10_000.0,
-          help="DP-SGD epochs E; T = E / q steps (default 10)"),
-    Param("sampling_rate", float, DEFAULTS["sampling_rate"], lo=0.0, lo_open=True, hi=1.0,
-          help="Poisson sampling rate q (default 0.05; 1: noisy full-batch gradient descent)"),
-    Param("clip", float, DEFAULTS["clip"], lo=0.0, lo_open=True, hi=1e6,
-          help="per-record gradient clipping norm C (default 1)"),
-    Param("noise", str, DEFAULTS["noise"], choices=("local", "distributed"),
-          help="local: full noise per party; distributed: noise shares whose sum carries the central noise "
-               "(under secure aggregation, or simulation only without it)"),
-    Param("parties", int, DEFAULTS["parties"], lo=1, hi=100_000, help="number of parties (distributed noise)"),
+    *schedule_params(DEFAULTS, {
+        "epochs": "DP-SGD epochs E; T = E / q steps (default 10)",
+        "sampling_rate": "Poisson sampling rate q (default 0.05; 1: noisy full-batch gradient descent)",
+        "clip": "per-record gradient clipping norm C (default 1)"}),
     Param("count_fraction", float, DEFAULTS["count_fraction"], lo=0.0, lo_open=True, hi=0.5,
           help="share of epsilon spent on the noisy record count (default 0.01)"),
-    Param("lr", float, DEFAULTS["lr"], lo=0.0, lo_open=True, hi=1000.0, help="learning rate (default 0.1, Adam)"),
-    Param("lr_decay", float, DEFAULTS["lr_decay"], lo=0.0, hi=1e6,
-          help="SGD rate lr / (1 + decay * (t - 1) / T) (default 0)"),
-    Param("optimizer", str, DEFAULTS["optimizer"], choices=dpsgd.OPTIMIZERS, help="optimiser"),
-    Param("adam_betas", list, DEFAULTS["adam_betas"], help="Adam's (beta1, beta2), each in [0, 1)"),
+    *optimizer_params(DEFAULTS, {"lr": "learning rate (default 0.1, Adam)",
+                                 "lr_decay": "SGD rate lr / (1 + decay * (t - 1) / T) (default 0)"}, lr_hi=1000.0),
     Param("l2", float, DEFAULTS["l2"], lo=0.0, hi=1e3, help="L2 regularisation of the weights (bias excluded)"),
     Param("huber", float, DEFAULTS["huber"], lo=0.0, lo_open=True, hi=100.0,
           help="linear SVM: smoothing h of the Huber hinge (Chaudhuri et al. 2011; default 0.5)"),
-    Param("private", bool, DEFAULTS["private"], help="False only inside a local estimator, never at a party"),
-    Param("exact_noise", bool, DEFAULTS["exact_noise"],
-          help="DP-SGD noise on a public grid with exact rounded-Gaussian noise (floating-point safe; slower)"),
-    Param("noise_multiplier", float, None, lo=0.05, hi=1e5, optional=True,
-          help="DP-SGD noise multiplier (calibrated from epsilon when absent)"),
-    *sn.SECURE_PARAMS,
-    sn.SECURE_ROUNDING_PARAM,
+    private_param(DEFAULTS),
+    *noise_params(DEFAULTS, "DP-SGD noise on a public grid with exact rounded-Gaussian noise (floating-point safe; "
+                  "slower)", multiplier_hi=1e5),
 ), check=lambda p, schema: _check_params(p, schema))
 
 
@@ -87,17 +74,10 @@ def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """Job params from the parsed options, with the calibrated noise multiplier."""
     params: dict[str, Any] = {key: getattr(args, f"lm_{key}", DEFAULTS[key]) for _, key in _FLAGS}
     params.update(optimizer=getattr(args, "lm_optimizer", DEFAULTS["optimizer"]),
-                  noise=getattr(args, "noise", "local"), parties=_n_parties(getattr(args, "parties", 1)))
+                  noise=getattr(args, "noise", "local"), parties=n_parties(getattr(args, "parties", 1)))
     delta = getattr(args, "delta", None)
     full = {**params, "epsilon": args.epsilon, "delta": 1e-5 if delta is None else delta}
     PARAMS.validate(full, name=getattr(args, "algorithm", "logistic-regression"))
     if getattr(args, "secure_aggregation", None) in ("on", True) and params["noise"] == "distributed":
         return params  # a secure job is planned by the parties' secure plan (no Gaussian calibration)
     return {k: v for k, v in prepare_params(full).items() if k not in ("epsilon", "delta")}
-
-
-def _n_parties(parties: Any) -> int:
-    """``--parties`` is a count in ``dpfed simulate`` and a list of names in ``dpfed job submit``."""
-    if isinstance(parties, (list, tuple)):
-        return max(len(parties), 1)
-    return int(parties or 1)

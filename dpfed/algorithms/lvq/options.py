@@ -5,7 +5,7 @@ import argparse
 from typing import Any
 
 from dpfed.algorithms import dpsgd
-from dpfed.algorithms import secure_noise as sn
+from dpfed.algorithms.dpsgd.options import n_parties, noise_params, optimizer_params, private_param, schedule_params
 from dpfed.algorithms.lvq.defaults import DEFAULTS
 from dpfed.algorithms.lvq.plan import prepare_params
 from dpfed.algorithms.params import EPSILON, MEMORY_CAP_BYTES, Param, ParamTable, arg_type, delta_param
@@ -22,21 +22,11 @@ MEMORY_FACTOR = 16
 
 PARAMS = ParamTable((
     EPSILON, delta_param(1e-5, positive=True),
-    Param("epochs", float, DEFAULTS["epochs"], lo=0.0, lo_open=True, hi=10_000.0,
-          help="DP-SGD epochs E; T = E / q steps (default 50)"),
-    Param("sampling_rate", float, DEFAULTS["sampling_rate"], lo=0.0, lo_open=True, hi=1.0,
-          help="Poisson sampling rate q (default 0.01)"),
-    Param("clip", float, DEFAULTS["clip"], lo=0.0, lo_open=True, hi=1e6,
-          help="per-record gradient clipping norm C (paper: 0.5)"),
-    Param("noise", str, DEFAULTS["noise"], choices=("local", "distributed"),
-          help="local: full noise per party; distributed: noise shares whose sum carries the central noise "
-               "(under secure aggregation, or simulation only without it)"),
-    Param("parties", int, DEFAULTS["parties"], lo=1, hi=100_000, help="number of parties (distributed noise)"),
-    Param("lr", float, DEFAULTS["lr"], lo=0.0, lo_open=True, hi=100.0, help="learning rate (default 0.05)"),
-    Param("lr_decay", float, DEFAULTS["lr_decay"], lo=0.0, hi=1e6,
-          help="SGD rate lr / (1 + decay * t / T) (default 9)"),
-    Param("optimizer", str, DEFAULTS["optimizer"], choices=dpsgd.OPTIMIZERS, help="optimiser"),
-    Param("adam_betas", list, DEFAULTS["adam_betas"], help="Adam's (beta1, beta2), each in [0, 1)"),
+    *schedule_params(DEFAULTS, {"epochs": "DP-SGD epochs E; T = E / q steps (default 50)",
+                                "sampling_rate": "Poisson sampling rate q (default 0.01)",
+                                "clip": "per-record gradient clipping norm C (paper: 0.5)"}),
+    *optimizer_params(DEFAULTS, {"lr": "learning rate (default 0.05)",
+                                 "lr_decay": "SGD rate lr / (1 + decay * t / T) (default 9)"}, lr_hi=100.0),
     Param("init", str, DEFAULTS["init"], choices=("gaussian", "laplace", "zero"),
           help="prototype initialisation mechanism (paper: laplace)"),
     Param("init_fraction", float, DEFAULTS["init_fraction"], lo=0.0, lo_open=True, hi=1.0, hi_open=True,
@@ -54,17 +44,12 @@ PARAMS = ParamTable((
           help="GMLVQ: Frobenius norm of Omega (sets the clip budget split prototypes/Omega)"),
     Param("phi", str, DEFAULTS["phi"], choices=("identity", "logistic"), help="the GLVQ cost's phi"),
     Param("beta", float, DEFAULTS["beta"], lo=0.0, lo_open=True, hi=1e3, help="slope of the logistic phi"),
-    Param("private", bool, DEFAULTS["private"], help="False only inside a local estimator, never at a party"),
+    private_param(DEFAULTS),
     Param("allow_missing_classes", bool, DEFAULTS["allow_missing_classes"],
           help="accepted for compatibility: a party lacking a class always answers (a count of 0 plus noise), "
                "since a refusal would reveal the absence"),
-    Param("exact_noise", bool, DEFAULTS["exact_noise"],
-          help="DP-SGD noise on a public grid with exact rounded-Gaussian noise (floating-point safe; slower per "
-               "step for a full Omega). Initialisation noise is always exact"),
-    Param("noise_multiplier", float, None, lo=0.05, hi=1e4, optional=True,
-          help="DP-SGD noise multiplier (calibrated from epsilon when absent)"),
-    *sn.SECURE_PARAMS,
-    sn.SECURE_ROUNDING_PARAM,
+    *noise_params(DEFAULTS, "DP-SGD noise on a public grid with exact rounded-Gaussian noise (floating-point safe; "
+                  "slower per step for a full Omega). Initialisation noise is always exact", multiplier_hi=1e4),
 ), check=lambda p, schema: _check_params(p, schema))
 
 
@@ -122,17 +107,10 @@ def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
               "init_center": args.init_center, "init_clip": args.init_clip,
               "prototypes_per_class": args.prototypes_per_class, "omega_rank": args.omega_rank,
               "omega_scale": args.omega_scale, "phi": args.phi, "beta": args.beta,
-              "allow_missing_classes": bool(args.allow_missing_classes), "parties": _n_parties(getattr(args, "parties", 1)),
+              "allow_missing_classes": bool(args.allow_missing_classes), "parties": n_parties(getattr(args, "parties", 1)),
               "exact_noise": bool(getattr(args, "exact_noise", False))}
     delta = getattr(args, "delta", None)
     PARAMS.validate({**params, "epsilon": args.epsilon, "delta": 1e-5 if delta is None else delta},
                     name=getattr(args, "algorithm", "lvq"))
     full = prepare_params({**params, "epsilon": args.epsilon, "delta": 1e-5 if delta is None else delta})
     return {k: v for k, v in full.items() if k not in ("epsilon", "delta")}
-
-
-def _n_parties(parties: Any) -> int:
-    """``--parties`` is a count in ``dpfed simulate`` and a list of names in ``dpfed job submit``."""
-    if isinstance(parties, (list, tuple)):
-        return max(len(parties), 1)
-    return int(parties or 1)
