@@ -38,6 +38,10 @@ What the engine does with it:
   sum is :func:`clipped_sum` (ghost clipping, no per-record rows).
 * :func:`check_schedule` / :func:`check_release` (:mod:`.checks`): the public parameters every DP-SGD job is
   refused for (steps, Adam's betas, noise placement, clip norm), named for the learner;
+* :func:`schedule_params` / :func:`optimizer_params` / :func:`noise_params` (:mod:`.options`): the job
+  parameters every DP-SGD learner's table lists, ranged once (the learner gives defaults and help texts);
+* :func:`charged_event` / :func:`check_round` / :class:`JobCache` / :class:`RecordCache` (:mod:`.party`): what
+  every DP-SGD party half does alike (the charge check, a round's refusals, the per-job caches);
 * :func:`decayed_rate` / :func:`direction` (:mod:`.optimizer`): the coordinator's step on the summed
   noisy gradients divided by the expected batch size (SGD with a decaying rate, or Adam): post-processing.
 

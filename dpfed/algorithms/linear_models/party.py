@@ -17,13 +17,14 @@ without it (1/P of the variance per party, so only the sum carries the central n
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from dp_accounting import DpEvent
 
 from dpfed.algorithms import dpsgd
 from dpfed.algorithms.contract import JobSpec, PartyAlgorithm, Released, Task
+from dpfed.algorithms.dpsgd.party import JobCache, RecordCache, charged_event, check_round
 from dpfed.algorithms.linear_models.defaults import DEFAULTS, WEIGHT_BOUND
 from dpfed.algorithms.linear_models.gradient import LinearGradient
 from dpfed.algorithms.linear_models.layout import Layout, layout
@@ -31,7 +32,6 @@ from dpfed.algorithms.linear_models.plan import LinearPlan, privacy_plan
 from dpfed.algorithms.linear_models.secure import count_rows, secure_linear_plan, task_plan
 from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
-from dpfed.core import accounting
 from dpfed.core.errors import TaskRejected
 from dpfed.core.mechanisms import rounded_gaussian
 from dpfed.core.rng import SecureRNG
@@ -48,27 +48,16 @@ class LinearParty(PartyAlgorithm):
 
     def __init__(self) -> None:
         self._last_round: dict[str, int] = {}
-        self._jobs: dict[str, tuple[JobSpec, dict[str, Any], Layout]] = {}
-        self._encoded: dict[str, tuple[int, tuple[int, ...], np.ndarray]] = {}
+        self._jobs: JobCache[Layout] = JobCache(DEFAULTS, layout)
+        # the encoded records (one-hot / [0, 1]), computed once per job for the same array
+        self._encoded = RecordCache(lambda spec, X: encode(spec.schema, X))
 
     def _job(self, spec: JobSpec) -> tuple[dict[str, Any], Layout]:
         """Params and layout of ``spec`` (cached per job id while the spec is unchanged)."""
-        hit = self._jobs.get(spec.job_id)
-        if hit is None or hit[0] != spec:
-            hit = (spec, {**DEFAULTS, **spec.params}, layout(spec))
-            self._jobs[spec.job_id] = hit
-        return hit[1], hit[2]
+        return self._jobs.get(spec)
 
     def _plan(self, spec: JobSpec) -> LinearPlan:
         return privacy_plan(spec.params)
-
-    def _encode(self, spec: JobSpec, X: np.ndarray) -> np.ndarray:
-        """The encoded records (one-hot / [0, 1]), computed once per job for the same array."""
-        hit = self._encoded.get(spec.job_id)
-        if hit is None or hit[0] != id(X) or hit[1] != X.shape:
-            hit = (id(X), X.shape, encode(spec.schema, X))
-            self._encoded[spec.job_id] = hit
-        return hit[2]
 
     @staticmethod
     def _check_params(spec: JobSpec) -> None:
@@ -79,20 +68,9 @@ class LinearParty(PartyAlgorithm):
             raise TaskRejected("huber must be > 0")
         layout(spec)
 
-    def _charge(self, spec: JobSpec, event_of: Any, accountant: str) -> DpEvent:
+    def _charge(self, spec: JobSpec, event_of: Callable[[], DpEvent], accountant: str) -> DpEvent:
         self._check_params(spec)
-        try:
-            event = event_of()
-            if accountant == "rdp":
-                spent, low = accounting.epsilon(event, spec.delta, accountant="rdp"), False
-            else:
-                spent, low = dpsgd.spent(event, spec.epsilon, spec.delta)
-        except ValueError as exc:
-            raise TaskRejected(f"invalid {spec.algorithm} privacy parameters: {exc}") from None
-        if spent > spec.epsilon * (1.0 + 1e-9):
-            raise TaskRejected(f"the job's noise gives epsilon {'>= ' if low else ''}{spent:.6g} > its "
-                               f"stated epsilon {spec.epsilon:.6g}")
-        return event
+        return charged_event(spec, event_of, accountant, f"{spec.algorithm} privacy parameters")
 
     def job_event(self, spec: JobSpec) -> DpEvent:
         return self._charge(spec, lambda: self._plan(spec).event, "pld")
@@ -112,16 +90,7 @@ class LinearParty(PartyAlgorithm):
         if task.job_id != spec.job_id:
             raise TaskRejected("task belongs to another job")
         _, (_, _, k, dp1) = self._job(spec)
-        last = self._last_round.get(spec.job_id, -1)
-        if task.round <= last:
-            raise TaskRejected(f"round {task.round} was already answered (a repeat would spend budget twice)")
-        if task.round > self._steps(spec):
-            raise TaskRejected(f"round {task.round} lies beyond the charged plan of {self._steps(spec)} steps")
-        if task.params:
-            raise TaskRejected("linear-model tasks take no per-task parameters (everything is fixed by the job)")
-        expected = "count" if task.round == 0 else "step"
-        if task.kind != expected:
-            raise TaskRejected(f"round {task.round} must be a {expected!r} task, got {task.kind!r}")
+        check_round(task, self._last_round.get(spec.job_id, -1), self._steps(spec), "linear-model", "count")
         if task.kind == "count":
             if task.arrays:
                 raise TaskRejected("the count task carries no arrays")
@@ -147,7 +116,7 @@ class LinearParty(PartyAlgorithm):
         y = np.asarray(y)
         if y.shape != (len(X),) or (len(y) and (y.min() < 0 or y.max() >= c)):
             raise DataValidationError(f"labels must be one integer in 0..{c - 1} per record")
-        Z = self._encode(spec, X)
+        Z = self._encoded.get(spec, X)
         self._last_round[spec.job_id] = task.round
         return Z, y.astype(np.int64)
 

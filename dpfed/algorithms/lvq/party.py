@@ -38,6 +38,7 @@ from dp_accounting import DpEvent
 
 from dpfed.algorithms import dpsgd
 from dpfed.algorithms.contract import Answer, JobSpec, PartyAlgorithm, Released, Task
+from dpfed.algorithms.dpsgd.party import JobCache, RecordCache, charged_event, check_round
 from dpfed.algorithms.lvq.defaults import DEFAULTS, PROTOTYPE_BOUND
 from dpfed.algorithms.lvq.gradient import LVQGradient
 from dpfed.algorithms.lvq.layout import Layout, layout, prototype_labels
@@ -46,7 +47,6 @@ from dpfed.algorithms.lvq.plan import PrivacyPlan, privacy_plan
 from dpfed.algorithms.lvq.secure import secure_init_rows, secure_lvq_plan, task_plan
 from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
-from dpfed.core import accounting
 from dpfed.core.errors import TaskRejected
 from dpfed.core.mechanisms import discrete_laplace, gaussian, laplace, rounded_gaussian
 from dpfed.core.rng import SecureRNG
@@ -62,29 +62,18 @@ class LVQParty(PartyAlgorithm):
 
     def __init__(self) -> None:
         self._last_round: dict[str, int] = {}
-        self._jobs: dict[str, tuple[JobSpec, dict[str, Any], Layout]] = {}
-        self._scaled: dict[str, tuple[int, np.ndarray]] = {}
+        self._jobs: JobCache[Layout] = JobCache(DEFAULTS, layout)
+        # records rescaled into [-1, 1]^d, computed once per job for the same array
+        self._scaled = RecordCache(lambda spec, X: rescale(X, spec.schema.lower, spec.schema.upper))
 
     def _job(self, spec: JobSpec) -> tuple[dict[str, Any], Layout]:
         """Params and layout of ``spec`` (cached per job id while the spec is unchanged)."""
-        hit = self._jobs.get(spec.job_id)
-        if hit is None or hit[0] != spec:
-            hit = (spec, {**DEFAULTS, **spec.params}, layout(spec))
-            self._jobs[spec.job_id] = hit
-        return hit[1], hit[2]
+        return self._jobs.get(spec)
 
     def _steps(self, spec: JobSpec) -> int:
         """The number of charged steps T (the plain job's plan; :class:`SecureLVQParty`: its secure plan's, so
         that a secure party never calibrates the central sigma it does not use)."""
         return privacy_plan(spec.params).steps
-
-    def _rescaled(self, spec: JobSpec, X: np.ndarray) -> np.ndarray:
-        """Records rescaled into [-1, 1]^d, computed once per job for the same array."""
-        hit = self._scaled.get(spec.job_id)
-        if hit is None or hit[0] != id(X) or hit[1].shape != X.shape:
-            hit = (id(X), rescale(X, spec.schema.lower, spec.schema.upper))
-            self._scaled[spec.job_id] = hit
-        return hit[1]
 
     @staticmethod
     def _check_params(spec: JobSpec) -> None:
@@ -99,15 +88,7 @@ class LVQParty(PartyAlgorithm):
 
     def job_event(self, spec: JobSpec) -> DpEvent:
         self._check_params(spec)
-        try:
-            plan = privacy_plan(spec.params)
-            spent, low = dpsgd.spent(plan.event, spec.epsilon, spec.delta)  # a proven lower bound where far over
-        except ValueError as exc:
-            raise TaskRejected(f"invalid LVQ privacy parameters: {exc}") from None
-        if spent > spec.epsilon * (1.0 + 1e-9):
-            raise TaskRejected(f"the job's noise gives epsilon {'>= ' if low else ''}{spent:.6g} > its "
-                               f"stated epsilon {spec.epsilon:.6g}")
-        return plan.event
+        return charged_event(spec, lambda: privacy_plan(spec.params).event, "pld", "LVQ privacy parameters")
 
     def task_event(self, spec: JobSpec, task: Task) -> DpEvent | None:
         """Round 0: the initialisation; round t >= 1: one Poisson-subsampled Gaussian step."""
@@ -120,17 +101,7 @@ class LVQParty(PartyAlgorithm):
         if task.job_id != spec.job_id:
             raise TaskRejected("task belongs to another job")
         p, (c, d, ppc, rank, _) = self._job(spec)
-        last = self._last_round.get(spec.job_id, -1)
-        if task.round <= last:
-            raise TaskRejected(f"round {task.round} was already answered (a repeat would spend budget twice)")
-        steps = self._steps(spec)
-        if task.round > steps:
-            raise TaskRejected(f"round {task.round} lies beyond the charged plan of {steps} steps")
-        if task.params:
-            raise TaskRejected("LVQ tasks take no per-task parameters (everything is fixed by the job)")
-        expected_kind = "init" if task.round == 0 else "step"
-        if task.kind != expected_kind:
-            raise TaskRejected(f"round {task.round} must be a {expected_kind!r} task, got {task.kind!r}")
+        check_round(task, self._last_round.get(spec.job_id, -1), self._steps(spec), "LVQ", "init")
         if task.kind == "step":
             want = {"prototypes": (c * ppc, d)}
             if rank:
@@ -168,7 +139,7 @@ class LVQParty(PartyAlgorithm):
                 raise DataValidationError(f"labels must be one integer in 0..{c - 1} per record")
         elif y.shape != (len(X),):
             raise DataValidationError("one label per record")
-        Z = self._rescaled(spec, X)
+        Z = self._scaled.get(spec, X)
         self._last_round[spec.job_id] = task.round  # from here on the round counts as answered
         # A class absent here is answered like any other (a count of 0 plus noise): refusing would
         # reveal its absence by the failure itself.
@@ -234,14 +205,7 @@ class SecureLVQParty(PlainAnswerRefused, LVQParty, SecureRelease):
 
     def job_event(self, spec: JobSpec) -> DpEvent:
         self._check_params(spec)
-        try:
-            event = secure_lvq_plan(spec).event
-            spent = accounting.epsilon(event, spec.delta, accountant="rdp")
-        except ValueError as exc:
-            raise TaskRejected(f"invalid secure LVQ parameters: {exc}") from None
-        if spent > spec.epsilon * (1.0 + 1e-9):
-            raise TaskRejected(f"the job's noise gives epsilon {spent:.6g} > its stated epsilon {spec.epsilon:.6g}")
-        return event
+        return charged_event(spec, lambda: secure_lvq_plan(spec).event, "rdp", "secure LVQ parameters")
 
     def _steps(self, spec: JobSpec) -> int:
         return secure_lvq_plan(spec).step.steps
