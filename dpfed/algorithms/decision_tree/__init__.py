@@ -6,7 +6,8 @@ codes). Round r = 0 .. D-1: the parties release, in one integer vector, the clas
 level r, feature, cell) (L1 sensitivity F, L2 sqrt(F)); the coordinator sums them, picks each node's split by
 the smallest Gini impurity of the noisy counts or stops the node when its noisy count is below the noise
 (:mod:`.model`, post-processing), and sends the structure so far with the next task, which every party checks
-(:mod:`.task`). Round D releases the leaves' class counts (sensitivity 1). Budget split and accounting:
+(:mod:`.task`). Round D releases the leaves' class counts (sensitivity 1). The depth D is the ``depth``
+parameter or, without it, :mod:`.depth`'s automatic depth from public parameters. Budget split and accounting:
 :mod:`.plan` (local rounded Gaussian) and :mod:`.secure` (distributed discrete Gaussian under secure
 aggregation); the halves: :mod:`.party`, :mod:`.coordinator`; :mod:`.estimator`
 (``DPDecisionTreeClassifier``), :mod:`.options`, :mod:`.algorithm` (the registry entry "decision-tree").

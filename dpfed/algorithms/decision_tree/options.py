@@ -3,15 +3,17 @@ command-line options.
 
 Caps: the deepest level's released vector has 2^(D-1) S k entries (nodes x grid cells x classes) and the
 structure sent with every task (2^D - 1) x (widest feature's cells) entries; both are capped on top of the
-per-parameter caps."""
+per-parameter caps (the caps live in :mod:`.depth`, which keeps the automatic depth within them)."""
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
 from dpfed.algorithms import secure_noise as sn
+from dpfed.algorithms.decision_tree.depth import MAX_COUNTS, MAX_DEPTH, MAX_STRUCTURE
 from dpfed.algorithms.decision_tree.grid import grid_for
-from dpfed.algorithms.decision_tree.plan import DEFAULT_ALPHA, DEFAULT_BINS, DEFAULT_DEPTH, DEFAULT_LEAF_SHARE
+from dpfed.algorithms.decision_tree.plan import (DEFAULT_ALPHA, DEFAULT_BINS, DEFAULT_DEPTH, DEFAULT_LEAF_SHARE,
+                                                 resolved_depth)
 from dpfed.algorithms.params import EPSILON, Param, ParamTable, arg_type, check_product, delta_param, noise_param
 from dpfed.core.errors import TaskRejected
 from dpfed.data.schema import Schema
@@ -19,17 +21,14 @@ from dpfed.data.schema import Schema
 __all__ = ["MAX_DEPTH", "MAX_BINS", "MAX_COUNTS", "MAX_STRUCTURE", "PARAMS", "check_params", "add_arguments",
            "params_from_args"]
 
-MAX_DEPTH = 12
 MAX_BINS = 256
-#: Largest released count vector of a level (2^(depth-1) x grid cells x classes): 32 MB of int64.
-MAX_COUNTS = 1 << 22
-#: Largest structure sent with a task: (2^depth - 1) nodes x the widest feature's cells.
-MAX_STRUCTURE = 1 << 22
 
 PARAMS = ParamTable((
     EPSILON, delta_param(1e-6, positive=True),
-    Param("depth", int, DEFAULT_DEPTH, lo=1, cap=MAX_DEPTH,
-          help=f"decision tree: levels grown (one release each), 2^depth leaves at most (default {DEFAULT_DEPTH})"),
+    Param("depth", int, None, lo=1, cap=MAX_DEPTH, optional=True,
+          help=f"decision tree: levels grown (one release each), 2^depth leaves at most (default: automatic from "
+               f"the public 'records' bound, epsilon, delta and the schema, decision_tree/depth.py; {DEFAULT_DEPTH} "
+               f"without 'records')"),
     Param("bins", int, DEFAULT_BINS, lo=2, cap=MAX_BINS,
           help=f"decision tree: equal-width candidate cells per numeric feature on its public bounds (default "
                f"{DEFAULT_BINS})"),
@@ -60,7 +59,10 @@ def check_params(p: dict[str, Any], schema: Schema | None) -> None:
         grid = grid_for(schema, p["bins"], feats)
     except ValueError as exc:
         raise TaskRejected(str(exc).replace("random forest", "decision tree")) from None
-    depth = p["depth"]
+    try:
+        depth = resolved_depth(p, schema)
+    except ValueError as exc:
+        raise TaskRejected(f"decision tree depth: {exc}") from None
     check_product("", (1 << (depth - 1)) * grid.total * schema.n_classes, MAX_COUNTS,
                   "decision tree level counts 2^(depth-1) x grid cells x classes", ["depth", "bins"])
     check_product("", ((1 << depth) - 1) * grid.widest, MAX_STRUCTURE,
@@ -68,7 +70,7 @@ def check_params(p: dict[str, Any], schema: Schema | None) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dt-depth", type=arg_type(PARAMS, "depth"), default=DEFAULT_DEPTH,
+    parser.add_argument("--dt-depth", type=arg_type(PARAMS, "depth"), default=None,
                         help=PARAMS.get("depth").help)
     parser.add_argument("--dt-bins", type=arg_type(PARAMS, "bins"), default=DEFAULT_BINS, help=PARAMS.get("bins").help)
     parser.add_argument("--dt-leaf-share", type=arg_type(PARAMS, "leaf_share"), default=DEFAULT_LEAF_SHARE,
@@ -79,6 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    return {"depth": getattr(args, "dt_depth", DEFAULT_DEPTH), "bins": getattr(args, "dt_bins", DEFAULT_BINS),
-            "leaf_share": getattr(args, "dt_leaf_share", DEFAULT_LEAF_SHARE),
-            "alpha": getattr(args, "dt_alpha", DEFAULT_ALPHA), "noise": getattr(args, "noise", "local")}
+    out = {"bins": getattr(args, "dt_bins", DEFAULT_BINS), "leaf_share": getattr(args, "dt_leaf_share",
+                                                                                  DEFAULT_LEAF_SHARE),
+           "alpha": getattr(args, "dt_alpha", DEFAULT_ALPHA), "noise": getattr(args, "noise", "local")}
+    if getattr(args, "dt_depth", None) is not None:
+        out["depth"] = args.dt_depth
+    return out

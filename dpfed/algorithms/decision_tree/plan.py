@@ -13,8 +13,10 @@ the leaves get ``leaf_share`` of rho, each of the D levels (1 - leaf_share) / D,
 Local noise (every party adds the full noise, rounded Gaussian, dpfed.core.mechanisms.rounded_gaussian):
 round r adds round(N(0, (z_r Delta_2,r)^2)) per entry and is charged ``GaussianDpEvent(z_r)``; the job is the
 composition of the D + 1 rounds, the one scale s calibrated so that it meets the job's (epsilon, delta) by the
-ledger's PLD accountant (:func:`_local`). Distributed noise: :mod:`.secure`. The party computes all of this from
-the public parameters before its first charge; the coordinator recomputes the same.
+ledger's PLD accountant (:func:`_local`). Distributed noise: :mod:`.secure`. The depth D is the explicit
+``depth`` parameter, else the automatic depth of :mod:`.depth` from the public ``records`` bound, epsilon, delta,
+``leaf_share`` and the grid (:func:`resolved_depth`). The party computes all of this from the public parameters
+before its first charge; the coordinator recomputes the same.
 """
 from __future__ import annotations
 
@@ -25,12 +27,14 @@ from typing import Any
 from dp_accounting import dp_event
 
 from dpfed.algorithms.contract import JobSpec
+from dpfed.algorithms.decision_tree.depth import auto_depth
 from dpfed.algorithms.decision_tree.grid import Grid, grid_for
 from dpfed.core import accounting
 from dpfed.core.memo import shared_cache
+from dpfed.data.schema import Schema
 
 __all__ = ["LEVEL", "LEAVES", "DEFAULT_DEPTH", "DEFAULT_BINS", "DEFAULT_LEAF_SHARE", "DEFAULT_ALPHA", "TreeOptions",
-           "Round", "TreePlan", "job_options", "job_grid", "schedule", "shares", "round_geometry", "local_plan"]
+           "Round", "TreePlan", "job_options", "resolved_depth", "job_grid", "schedule", "shares", "round_geometry", "local_plan"]
 
 LEVEL, LEAVES = "dt-level", "dt-leaves"
 DEFAULT_DEPTH = 5
@@ -74,15 +78,32 @@ class TreePlan:
 def job_options(spec: JobSpec) -> TreeOptions:
     """The job's tree options (ValueError with a reason when malformed)."""
     p: dict[str, Any] = dict(spec.params)
-    depth, bins = int(p.get("depth", DEFAULT_DEPTH)), int(p.get("bins", DEFAULT_BINS))
-    share = float(p.get("leaf_share", DEFAULT_LEAF_SHARE))
-    if depth < 1 or bins < 2 or not 0.0 < share < 1.0:
-        raise ValueError("decision tree needs depth >= 1, bins >= 2 and 0 < leaf_share < 1")
+    bins, share = int(p.get("bins", DEFAULT_BINS)), float(p.get("leaf_share", DEFAULT_LEAF_SHARE))
+    if bins < 2 or not 0.0 < share < 1.0:
+        raise ValueError("decision tree needs bins >= 2 and 0 < leaf_share < 1")
     if spec.delta <= 0:
         raise ValueError("the private decision tree adds Gaussian noise: it needs delta > 0")
+    depth = resolved_depth(p, spec.schema)
+    if depth < 1:
+        raise ValueError("decision tree needs depth >= 1")
     feats = p.get("features")
     return TreeOptions(depth, bins, share, float(p.get("alpha", DEFAULT_ALPHA)),
                        None if feats is None else tuple(str(f) for f in feats))
+
+
+def resolved_depth(p: dict[str, Any], schema: Schema | None) -> int:
+    """The job's depth: the explicit ``depth`` parameter, else :func:`.depth.auto_depth` of the public
+    ``records`` bound, epsilon, delta, ``leaf_share`` and the schema's grid (the same at every party and at the
+    coordinator); :data:`DEFAULT_DEPTH` without ``records`` or a schema."""
+    if p.get("depth") is not None:
+        return int(p["depth"])
+    records, eps, delta = p.get("records"), float(p.get("epsilon", 1.0)), float(p.get("delta", 0.0))
+    share = float(p.get("leaf_share", DEFAULT_LEAF_SHARE))
+    if records is None or schema is None or not (eps > 0 and 0 < delta < 1 and 0 < share < 1):
+        return DEFAULT_DEPTH
+    feats = p.get("features")
+    grid = grid_for(schema, int(p.get("bins", DEFAULT_BINS)), None if feats is None else [str(f) for f in feats])
+    return auto_depth(int(records), schema.n_classes, grid.features, grid.total, grid.widest, eps, delta, share)
 
 
 def job_grid(spec: JobSpec) -> Grid:
