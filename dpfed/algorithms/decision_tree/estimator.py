@@ -11,14 +11,14 @@ from dpfed.algorithms.decision_tree.algorithm import ALGORITHMS
 from dpfed.algorithms.decision_tree.model import predict_proba
 from dpfed.algorithms.decision_tree.plan import DEFAULT_ALPHA, DEFAULT_BINS, DEFAULT_LEAF_SHARE
 from dpfed.algorithms.driver import run_local
-from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
+from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams, SchemaModel, model_arrays
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import DataValidationError, Schema
 
 __all__ = ["DPDecisionTreeClassifier"]
 
 
-class DPDecisionTreeClassifier(EstimatorParams, ClassifierScore):
+class DPDecisionTreeClassifier(SchemaModel, EstimatorParams, ClassifierScore):
     """Scikit-learn-style private decision tree (Friedman & Schuster 2010, noisy counts; :mod:`.plan`) for one
     array. ``schema`` (required) gives the public bounds and domains the candidate splits come from: splits
     from the data would leak. ``delta`` must be > 0 (Gaussian noise). ``random_state`` (int) makes the noise
@@ -57,11 +57,8 @@ class DPDecisionTreeClassifier(EstimatorParams, ClassifierScore):
         algo = ALGORITHMS["decision-tree"]
         spec = JobSpec("estimator", "decision-tree", validate(algo, self._params(), schema), schema)
         run = run_local(algo, spec, schema.validate(X, y), np.asarray(y), rng)
-        self.model_, self.schema_ = run.coordinator.model(), schema
+        self._adopt_model(run.coordinator.model(), schema, run.event)
         self.depth_ = run.coordinator.options.depth   # the explicit, automatic (``records``) or default depth
-        self.classes_ = np.arange(schema.n_classes)
-        self.n_features_in_ = schema.n_features
-        self.privacy_event_ = run.event
         return self
 
     @classmethod
@@ -74,16 +71,12 @@ class DPDecisionTreeClassifier(EstimatorParams, ClassifierScore):
                   leaf_share=float(params.get("leaf_share", DEFAULT_LEAF_SHARE)),
                   alpha=float(params.get("alpha", DEFAULT_ALPHA)), schema=schema,
                   features=None if feats is None else list(feats), records=None if records is None else int(records))
-        est.model_, est.schema_ = {k: np.asarray(v) for k, v in model.items()}, schema
+        est._adopt_model(model_arrays(model), schema)
         est.depth_ = int(len(est.model_["feature"]) + 1).bit_length() - 1
-        est.classes_ = np.arange(schema.n_classes)
-        est.n_features_in_ = schema.n_features
         return est
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        if not hasattr(self, "model_"):
-            raise RuntimeError("this DPDecisionTreeClassifier is not fitted yet; call fit first")
-        return predict_proba(self.model_, self.schema_.validate(X, clip_numeric=True))
+        return predict_proba(self.model_, self._fitted_records(X))
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         return np.argmax(self.predict_proba(X), axis=1)
