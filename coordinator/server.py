@@ -270,8 +270,9 @@ class Coordinator(PartyCalls, JobRunner):
         return rec, model
 
     def stop(self, join_seconds: float = 10.0) -> None:
-        """Interrupt the running jobs (they stay queued on disk and resume on restart), close the sessions, wait
-        up to ``join_seconds`` in all for the runner threads, close the state store (after any write in
+        """Interrupt the running jobs (they stay queued on disk and resume on restart), close the sessions, stop the
+        ingress shards (Ray actors; half of ``join_seconds`` at most), wait up to ``join_seconds`` in all for the
+        runner threads, close the state store (after any write in
         progress: a job record or checkpoint is written whole, each ledger charge is one transaction)."""
         with self._cond:
             self._stopping = True
@@ -282,11 +283,11 @@ class Coordinator(PartyCalls, JobRunner):
         for _ in self._runners:
             self._queue.put(None)
         end = time.monotonic() + join_seconds
+        if self.pool is not None:  # the shards first: with the jobs interrupted and the sessions closed they serve
+            self.pool.stop(join_seconds / 2)  # nothing, and a runner still busy must not hold them up to the hard stop
         for t in self._runners:
             t.join(timeout=max(end - time.monotonic(), 0.0))
         self._planner.shutdown(wait=False, cancel_futures=True)
-        if self.pool is not None:
-            self.pool.stop()
         self.store.close()
 
 

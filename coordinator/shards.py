@@ -185,12 +185,16 @@ class ShardPool:
             try:
                 out[i] = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - a shard died (Ray restarts it): its parties come back
-                log.warning("ingress shard %d lost (%s); waiting for its parties to come back", i, type(exc).__name__)
+                if not self._stop.is_set():  # (not: the coordinator stopped its shards)
+                    log.warning("ingress shard %d lost (%s); waiting for its parties to come back", i,
+                                type(exc).__name__)
                 self._stop.wait(min(wait, 1.0))
                 out[i] = {"complete": False, "errors": {}, "missing": [], "parts": [], "stale": False}
         return out
 
-    def stop(self) -> None:
+    def stop(self, seconds: float = 10.0) -> None:
+        """Close the shards' streams and servers (calls in flight get 1 s, or half of ``seconds`` if less), waiting
+        ``seconds`` at most, then end the actors (``ray.kill``: their ports close with their processes)."""
         import ray
 
         self._stop.set()
@@ -199,7 +203,7 @@ class ShardPool:
                 s.stopping = True
                 s.cond.notify()
         try:
-            ray.get([a.stop.remote() for a in self.actors], timeout=10)
+            ray.get([a.stop.remote(min(1.0, seconds / 2)) for a in self.actors], timeout=seconds)
         except Exception:  # noqa: BLE001 - shutting down anyway
             pass
         for a in self.actors:

@@ -40,7 +40,7 @@ if str(SUPPORT) not in sys.path:
     sys.path.insert(0, str(SUPPORT))
 
 from dpfed.data.datasets import Dataset, load_dataset  # noqa: E402
-from net_helpers import Pki, ThreadParty, make_pki, party_config, start_coordinator  # noqa: E402
+from net_helpers import Pki, ThreadParty, make_pki, party_config, start_coordinator, stop_parties  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -95,5 +95,4 @@ def thread_party(pki: Pki, tmp_path: Path) -> Iterator[Callable[..., ThreadParty
         return party
 
     yield start
-    for party in started:
-        party.stop()
+    stop_parties(started)

@@ -16,7 +16,17 @@ import numpy as np
 
 from dpfed.cli.coordinator import format_status
 from dpfed.core.ledger import BudgetLedger
-from net_helpers import ThreadParty, admin, make_pki, party_config, party_data, raw_stub, register, start_coordinator
+from net_helpers import (
+    ThreadParty,
+    admin,
+    make_pki,
+    party_config,
+    party_data,
+    raw_stub,
+    register,
+    start_coordinator,
+    stop_parties,
+)
 from protos import dpfed_pb2 as pb
 from protos.codec import PROTOCOL_VERSION
 
@@ -56,8 +66,7 @@ def _run_two_jobs(tmp_path, max_jobs: int):
             watcher.join(5)
             models = {j: client.get_model(j)[0] for j in (a, b)}
     finally:
-        for p in parties:
-            p.stop()
+        stop_parties(parties)
         server.stop()
     return recs, models, seen, shown
 

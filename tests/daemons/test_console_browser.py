@@ -12,7 +12,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from browser import Browser
 from dpfed.federation.console_token import issue_token
-from net_helpers import ThreadParty, admin, make_pki, party_config, start_coordinator
+from net_helpers import ThreadParty, admin, make_pki, party_config, start_coordinator, stop_parties
 
 ROUNDS = 150
 NAMES = ["party-0", "party-1", "party-2"]
@@ -69,6 +69,5 @@ def test_the_console_shows_parties_progress_and_budgets(tmp_path):
     finally:
         if browser is not None:
             browser.quit()
-        for p in parties:
-            p.stop()
+        stop_parties(parties)
         running.stop()

@@ -23,7 +23,7 @@ from dpfed.cli import main
 from dpfed.core.ledger import BudgetLedger
 from dpfed.federation import certs
 from dpfed.federation.console_token import issue_token
-from net_helpers import ThreadParty, admin, make_pki, party_config, start_coordinator, wait_until
+from net_helpers import ThreadParty, admin, make_pki, party_config, start_coordinator, stop_parties, wait_until
 from tty_capture import terminal_stderr
 
 ROUNDS = 6
@@ -82,8 +82,7 @@ def deployment(tmp_path_factory):
             status = client.status()
         yield {"pki": pki, "tmp": tmp, "running": running, "done": done, "refused": refused, "status": status}
     finally:
-        for p in parties:
-            p.stop()
+        stop_parties(parties)
         running.stop()
 
 

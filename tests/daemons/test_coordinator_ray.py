@@ -8,11 +8,17 @@ never one per party (a spy on the collect step); the model is the parties' mean 
 re-offered the job and resent its round through its shard; the shard refuses registration, job
 answers, operator and foreign-CA certificates, and the central process refuses results and streams
 of sharded sessions; a secure-aggregation job through the shards gives exactly the in-process model
-(the masks cancel; same seeds) while the SecAgg server receives one masked partial sum per shard.
+(the masks cancel; same seeds) while the SecAgg server receives one masked partial sum per shard; SIGTERM to a
+coordinator process takes its shards down within the grace and the job resumes (the last test).
 """
 from __future__ import annotations
 
+import json
+import os
+import signal
+import socket
 import time
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -21,21 +27,30 @@ from prometheus_client.parser import text_string_to_metric_families
 
 pytest.importorskip("ray")
 
+from coordinator.config import CoordinatorConfig  # noqa: E402
+from coordinator.server import serve  # noqa: E402
 from dpfed.algorithms.contract import JobSpec  # noqa: E402
 from dpfed.data.datasets import split_parties  # noqa: E402
+from dpfed.federation.shutdown import STOP_SECONDS  # noqa: E402
 from dpfed.federation.tls import channel_credentials  # noqa: E402
 from dpfed.simulation.grpc_local import run_grpc_simulation  # noqa: E402
 from dpfed.simulation.inprocess import run_inprocess  # noqa: E402
 from masked_spy import spy_masked_parts  # noqa: E402
 from net_helpers import (  # noqa: E402
+    PLUGINS,
     SCHEMA,
     ThreadParty,
     admin,
+    free_port,
+    ledger_charges,
     make_pki,
     party_config,
     party_data,
     raw_stub,
+    sigterm,
+    spawn_coordinator,
     start_coordinator,
+    stop_parties,
     wait_until,
 )
 from protos import dpfed_pb2 as pb  # noqa: E402
@@ -43,6 +58,7 @@ from protos import dpfed_pb2_grpc as pbg  # noqa: E402
 from protos.codec import PROTOCOL_VERSION, SESSION_METADATA  # noqa: E402
 
 SHARDS = {"ray_address": "auto", "shards": 2, "shard_host": "127.0.0.1", "shard_advertise": "127.0.0.1"}
+STOP_ROUNDS, STOP_STALL, STALL_SECONDS, GRACE = 8, 3, 2.5, 2.0   # the SIGTERM test's job; the daemons' grace
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +122,7 @@ def test_a_job_runs_through_ingress_shards(ray_cluster, tmp_path):
             metrics = {(m.name, tuple(sorted(m.labels.items()))): m.value
                        for fam in text_string_to_metric_families(text) for m in fam.samples}
     finally:
-        for p in parties:
-            p.stop()
+        stop_parties(parties)
         server.stop()
     assert parts_per_round and set(parts_per_round) == {2}, parts_per_round  # one part per shard, not per party
     assert metrics[("dpfed_rounds_total", (("algorithm", "noisy-mean"),))] == 30
@@ -229,8 +244,7 @@ def test_a_job_survives_a_crashed_shard(ray_cluster, tmp_path):
             rec = client.wait(job, timeout=240)
             assert rec["state"] == "done" and rec["rounds"] == 40, rec
     finally:
-        for p in parties:
-            p.stop()
+        stop_parties(parties)
         server.stop()
     for i in range(4):
         with BudgetLedger(tmp_path / f"party-{i}" / "ledger.sqlite", epsilon_limit=10.0, delta_limit=1e-6) as led:
@@ -273,3 +287,120 @@ def test_an_ingress_shard_admits_calls_as_the_coordinator_does(ray_cluster, tmp_
         release.set()
         ch.close()
         server.stop()
+
+
+def _proc(pid: int, name: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/{name}").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _shard_processes() -> list[int]:
+    """The ingress shard actors' live worker processes of this test's Ray cluster (its raylet is a descendant of
+    this process; the actors' workers are named ``ray::IngressShard``), from /proc."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        stat = _proc(int(entry), "stat") if entry.isdigit() else ""
+        if stat:
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] != "Z":
+                parent[int(entry)] = int(fields[1])
+    ours = {os.getpid()}
+    for _ in range(6):  # the raylet's workers are a few generations below this process
+        ours |= {pid for pid, pp in parent.items() if pp in ours}
+    return sorted(pid for pid in ours if _proc(pid, "cmdline").startswith("ray::IngressShard"))
+
+
+def _serving(addresses: list[str]) -> list[int]:
+    """The shard worker processes listening on ``addresses`` (their socket inodes matched in /proc/net/tcp{,6})."""
+    ports = {int(a.rpartition(":")[2]) for a in addresses}
+    out = []
+    for pid in _shard_processes():
+        try:
+            inodes = {os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1] for fd in os.listdir(f"/proc/{pid}/fd")}
+        except OSError:  # it exited meanwhile
+            continue
+        for table in ("tcp", "tcp6"):
+            for line in _proc(pid, f"net/{table}").splitlines()[1:]:
+                f = line.split()
+                if f[3] == "0A" and f[9] in inodes and int(f[1].rsplit(":", 1)[1], 16) in ports:  # LISTEN
+                    out.append(pid)
+    return sorted(set(out))
+
+
+def _accepts(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def test_sigterm_takes_the_ingress_shards_down_within_the_grace_and_the_job_resumes(ray_cluster, pki, tmp_path):
+    """SIGTERM to a coordinator whose ingress shards are live (issue 29, the shards' part): ``dpfed coordinator
+    serve`` (a real process) joins this module's Ray cluster, its two ingress shards (Ray actors, each a gRPC
+    server with mutual TLS) serving two real party daemons. A multi-round job (the noisy-mean test plugin) keeps the
+    coordinator's job runner busy 2.5 s absorbing round 3; SIGTERM lands in the middle of it, while the shards hold
+    the parties' streams.
+
+    Checked against what the test sees itself, not what the coordinator reports: the coordinator exits with status 0
+    within the 2 s grace; both shard worker processes (found before the signal as this test's descendants running
+    ``ray::IngressShard`` and listening on the shard addresses) are gone and nothing accepts a TCP connection on
+    their ports within 1 s of the signal, before the coordinator's job-runner budget ends (before: 1.1 s, after the
+    busy runner's join; and with a coordinator-started Ray instance, ``--ray-address local``, the shards outlived
+    the coordinator's exit by 1-2 s). A coordinator restarted on the same state starts two fresh shards (two new
+    addresses, two new shard processes serving them), the parties find them through registration, and the job
+    ends with every planned round; every party's ledger, and the coordinator's mirror, hold exactly one charge.
+    """
+    import ray
+
+    port = free_port()
+    cluster = {**SHARDS, "ray_address": ray.get_runtime_context().gcs_address}  # the process joins this cluster
+    extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in cluster.items())
+    coord = spawn_coordinator(pki, tmp_path, port, extra)
+    parties = [ThreadParty(party_config(pki, tmp_path, f"party-{i}", port, epsilon_limit=1e5)) for i in range(2)]
+    try:
+        with admin(pki, port) as adm:
+            wait_until(lambda: sum(p["connected"] for p in adm.status()["parties"]) == 2, 60, "two parties")
+            addresses = [s["address"] for s in adm.status()["shards"]]
+            adm.submit_job("noisy-mean", {"rounds": STOP_ROUNDS, "width": 3, "absorb_stall_rounds": [STOP_STALL],
+                                          "stall_seconds": STALL_SECONDS}, epsilon=100.0, delta=0.0, job_id="sigterm")
+            wait_until(lambda: adm.status()["jobs"][0]["rounds"] >= STOP_STALL, 60, f"round {STOP_STALL}")
+        time.sleep(0.5)  # the coordinator absorbs round 3 (its job runner busy 2.5 s); the shards hold the streams
+        shards = _serving(addresses)
+        assert len(shards) == 2, (addresses, shards)  # one process serves each shard address
+        t0 = time.monotonic()
+        os.kill(coord.pid, signal.SIGTERM)
+        while time.monotonic() - t0 < GRACE and (set(_shard_processes()) & set(shards)
+                                                 or any(map(_accepts, addresses))):
+            time.sleep(0.02)
+        gone_after = time.monotonic() - t0
+        rc, took = coord.wait(timeout=30), time.monotonic() - t0
+        log = (tmp_path / "coordinator.log").read_text(errors="replace")
+        assert rc == 0 and took < GRACE, (rc, took, log[-3000:])
+        assert not set(_shard_processes()) & set(shards), f"shard processes still running {gone_after:.2f} s later"
+        assert not any(map(_accepts, addresses)), f"a shard port still accepts {gone_after:.2f} s after SIGTERM"
+        # taken down by the coordinator itself, first: not held up by its busy job runner (1 s) nor left to the
+        # hard stop and Ray's cleanup after the process is gone
+        assert gone_after < STOP_SECONDS < took, (gone_after, took)
+        # the job resumes by itself; the coordinator restarted in this process (a Ray driver already: faster)
+        again = serve(CoordinatorConfig(listen=f"127.0.0.1:{port}", state_dir=tmp_path / "state",
+                                        tls=pki.files("coordinator"), plugins=PLUGINS, **SHARDS))
+        try:
+            with admin(pki, port) as adm:
+                rec = adm.wait("sigterm", timeout=120)
+                fresh = [s["address"] for s in adm.status()["shards"]]
+            assert len(set(fresh) - set(addresses)) == 2 and len(_serving(fresh)) == 2, (fresh, addresses)
+        finally:
+            again.stop(0.5)
+    finally:
+        stop_parties(parties)
+        if coord.poll() is None:
+            sigterm(coord)
+    assert rec["state"] == "done" and rec["rounds"] == STOP_ROUNDS and rec["resumes"] >= 1, json.dumps(rec)[:2000]
+    for i in range(2):
+        assert ledger_charges(tmp_path / f"party-{i}" / "ledger.sqlite") == ["sigterm:plan"]
+        assert ledger_charges(tmp_path / "state" / "budget" / f"party-{i}.sqlite") == ["sigterm:plan"]
+    print(f"\nSIGTERM: coordinator exit {took:.2f} s, shards and ports gone {gone_after:.2f} s")

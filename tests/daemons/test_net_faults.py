@@ -13,7 +13,7 @@ from coordinator.server import serve
 from dpfed.cli import main
 from dpfed.cli.coordinator import format_status
 from dpfed.core.ledger import BudgetLedger
-from net_helpers import PLUGINS, ThreadParty, admin, party_config, start_coordinator, wait_until
+from net_helpers import PLUGINS, ThreadParty, admin, party_config, start_coordinator, stop_parties, wait_until
 
 
 def _ledger_ids(path) -> list[str]:
@@ -51,8 +51,7 @@ def test_party_over_budget_refuses_and_the_operator_sees_why(pki, tmp_path, caps
         out = capsys.readouterr().out
         assert "party-1" in out and "/ 0.5" in out and "refused" in out
     finally:
-        for p in parties:
-            p.stop()
+        stop_parties(parties)
         server.stop(0.5)
 
 
@@ -123,8 +122,7 @@ def test_coordinator_restart_keeps_the_global_budget_and_models(pki, tmp_path):
             assert adm.wait(again, timeout=30)["state"] == "done"
             assert adm.status()["parties"][0]["epsilon_spent"] > after["party-0"]
     finally:
-        for p in parties:
-            p.stop()
+        stop_parties(parties)
         server.stop(0.5)
 
 
@@ -143,6 +141,5 @@ def test_cancel_a_running_job(pki, tmp_path):
             assert rec["state"] == "cancelled" and "operator" in rec["reason"]
             assert all(p.error is None for p in parties)
     finally:
-        for p in parties:
-            p.stop()
+        stop_parties(parties)
         server.stop(0.5)

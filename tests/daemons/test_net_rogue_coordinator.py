@@ -31,7 +31,7 @@ from dpfed.federation import secure_wire as sw
 from dpfed.federation.certs import revoke
 from dpfed.federation.secagg_consistency import consistency_message, sign_message
 from evil_coordinator import EvilCoordinator
-from net_helpers import ThreadParty, make_pki, party_config
+from net_helpers import ThreadParty, make_pki, party_config, stop_parties
 
 SCHEMA = Schema.numeric_box(3, 0.0, 1.0, n_classes=2)
 NAMES = [f"party-{i}" for i in range(5)]
@@ -58,8 +58,7 @@ def _federation(pki, root, **trust):
             assert sorted(ev.wait_registered(len(NAMES))) == NAMES
             yield ev, parties
         finally:
-            for p in parties:
-                p.stop()
+            stop_parties(parties)
             assert all(p.error is None for p in parties)
 
 

@@ -30,7 +30,7 @@ from dpfed.federation import secure_wire as sw
 from dpfed.federation.secagg_crypto import add_masks, clear_top, mask_dtype
 from dpfed.federation.secagg_shamir import reconstruct_secret
 from evil_coordinator import EvilCoordinator
-from net_helpers import ThreadParty, make_pki, party_config
+from net_helpers import ThreadParty, make_pki, party_config, stop_parties
 
 N, P_MIN, BITS = 100, 70, 16
 SCHEMA = Schema.numeric_box(2, 0.0, 1.0, n_classes=2)
@@ -55,8 +55,7 @@ def federation(tmp_path_factory):
             assert sorted(ev.wait_registered(N, timeout=120)) == sorted(NAMES)
             yield ev, parties
         finally:
-            for p in parties:
-                p.stop()
+            stop_parties(parties)
             print(f"\n100-party Harary module: {time.process_time() - cpu:.1f} CPU s (test process, all threads)")
             assert all(p.error is None for p in parties)
 

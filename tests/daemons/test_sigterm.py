@@ -11,42 +11,21 @@ every party's ledger, and the coordinator's mirror, hold exactly one charge for 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-from dpfed.core.ledger import BudgetLedger
-from net_helpers import admin, free_port, party_config, spawn_party, subprocess_env, wait_until
+from net_helpers import (
+    admin,
+    free_port,
+    ledger_charges,
+    party_config,
+    sigterm,
+    spawn_coordinator,
+    spawn_party,
+    wait_until,
+)
 
 ROUNDS, STALLS, STALL_SECONDS, GRACE = 16, (4, 10), 3.0, 2.0
 JOB = "sigterm"
-
-
-def _coordinator(pki, root: Path, port: int) -> subprocess.Popen:
-    f = pki.files("coordinator")
-    toml = root / "coordinator.toml"
-    toml.write_text(f'listen = "127.0.0.1:{port}"\nstate_dir = "{root / "state"}"\nplugins = ["net_noisy_mean"]\n'
-                    f'[tls]\nca = "{f.ca}"\ncert = "{f.cert}"\nkey = "{f.key}"\n')
-    with open(root / "coordinator.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "dpfed.cli", "coordinator", "serve", "--config", str(toml)],
-                                env=subprocess_env(), stdout=subprocess.PIPE, stderr=log, text=True)
-    assert "listening on port" in proc.stdout.readline(), f"the coordinator did not start; see {root}/coordinator.log"
-    return proc
-
-
-def _sigterm(proc: subprocess.Popen) -> tuple[int, float]:
-    """Send SIGTERM; the exit status and the seconds until the process is gone (killed after 30 s)."""
-    t0 = time.monotonic()
-    os.kill(proc.pid, signal.SIGTERM)
-    try:
-        rc = proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        rc = proc.wait()
-    return rc, time.monotonic() - t0
 
 
 def _round_in_progress(port: int, pki, r: int) -> None:
@@ -58,14 +37,9 @@ def _round_in_progress(port: int, pki, r: int) -> None:
     time.sleep(0.5)
 
 
-def _charges(path: Path) -> list[str]:
-    with BudgetLedger(path, epsilon_limit=1e6, delta_limit=1e-6) as led:
-        return led.charge_ids()
-
-
 def test_daemons_stop_within_the_grace_mid_job_and_the_job_resumes(pki, tmp_path):
     port = free_port()
-    coord = _coordinator(pki, tmp_path, port)
+    coord = spawn_coordinator(pki, tmp_path, port)
     tomls = [party_config(pki, tmp_path, f"party-{i}", port, epsilon_limit=1e5, write_toml=True) for i in range(2)]
     parties = [spawn_party(t) for t in tomls]
     timings = {}
@@ -76,14 +50,14 @@ def test_daemons_stop_within_the_grace_mid_job_and_the_job_resumes(pki, tmp_path
                                           "absorb_stall_rounds": [STALLS[1]],
                                           "stall_seconds": STALL_SECONDS}, epsilon=100.0, delta=0.0, job_id=JOB)
         _round_in_progress(port, pki, STALLS[0])
-        rc, timings["party"] = _sigterm(parties[1])
+        rc, timings["party"] = sigterm(parties[1])
         assert rc == 0 and timings["party"] < GRACE, (rc, timings, parties[1].stdout.read()[-2000:])
         parties[1] = spawn_party(tomls[1])
         _round_in_progress(port, pki, STALLS[1])
-        rc, timings["coordinator"] = _sigterm(coord)
+        rc, timings["coordinator"] = sigterm(coord)
         log = (tmp_path / "coordinator.log").read_text(errors="replace")
         assert rc == 0 and timings["coordinator"] < GRACE, (rc, timings, log[-2000:])
-        coord = _coordinator(pki, tmp_path, port)  # the job resumes by itself
+        coord = spawn_coordinator(pki, tmp_path, port)  # the job resumes by itself
         with admin(pki, port) as adm:
             rec = adm.wait(JOB, timeout=240)
     finally:
@@ -93,6 +67,6 @@ def test_daemons_stop_within_the_grace_mid_job_and_the_job_resumes(pki, tmp_path
                 p.wait(timeout=10)
     assert rec["state"] == "done" and rec["rounds"] == ROUNDS and rec["resumes"] >= 1, json.dumps(rec)[:2000]
     for i in range(2):
-        assert _charges(tmp_path / f"party-{i}" / "ledger.sqlite") == [f"{JOB}:plan"]
-        assert _charges(tmp_path / "state" / "budget" / f"party-{i}.sqlite") == [f"{JOB}:plan"]
+        assert ledger_charges(tmp_path / f"party-{i}" / "ledger.sqlite") == [f"{JOB}:plan"]
+        assert ledger_charges(tmp_path / "state" / "budget" / f"party-{i}.sqlite") == [f"{JOB}:plan"]
     print(f"\nSIGTERM to exit: party {timings['party']:.2f} s, coordinator {timings['coordinator']:.2f} s")

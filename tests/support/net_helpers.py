@@ -3,10 +3,12 @@ party daemons (threads or processes) and raw gRPC stubs for protocol-level attac
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +82,11 @@ def party_config(pki: Pki, root: Path, name: str, port: int, *, epsilon_limit: f
     return pdir / "party.toml" if write_toml else PartyConfig.load(pdir / "party.toml")
 
 
+class PartyDidNotStop(RuntimeError):
+    """A party daemon's thread still ran after ``stop()`` had waited its join timeout (a hung daemon: the test
+    must not go on as if it had stopped, with its thread still talking to the coordinator and its ledger)."""
+
+
 class ThreadParty:
     """A real PartyDaemon running in a thread of the test process."""
 
@@ -87,7 +94,7 @@ class ThreadParty:
         self.daemon = PartyDaemon.from_config(config)
         self.error: BaseException | None = None
         self.stopped = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread = threading.Thread(target=self._run, name=f"party-{config.name}", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
@@ -96,14 +103,38 @@ class ThreadParty:
         except BaseException as exc:  # noqa: BLE001 -- reported to the test
             self.error = exc
 
-    def stop(self) -> None:
-        """Stop the daemon and wait for its thread; a second call does nothing."""
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the daemon and wait up to ``timeout`` s for its thread, then close its ledger; a second call does
+        nothing. Raises :class:`PartyDidNotStop` (naming the party and where its thread is) if the thread runs on."""
+        stop_parties([self], timeout)
+
+    def _signal(self) -> bool:
         if self.stopped:
-            return
+            return False
         self.stopped = True
         self.daemon.stop()
-        self.thread.join(timeout=10)
-        self.daemon.close()
+        return True
+
+    def _stuck(self) -> str:
+        """Where the thread is (the innermost frames of its stack), for the error."""
+        frame = sys._current_frames().get(self.thread.ident or -1)
+        where = "".join(traceback.format_stack(frame)[-4:]) if frame is not None else "(no stack)\n"
+        return f"party {self.daemon.config.name!r}, at:\n{where}"
+
+
+def stop_parties(parties: list[ThreadParty], timeout: float = 10.0) -> None:
+    """Stop every party (all signalled first, then joined, ``timeout`` s in all) and close every one's ledger, even
+    when some thread does not stop; then raise one :class:`PartyDidNotStop` naming each that did not."""
+    signalled = [p for p in parties if p._signal()]
+    end = time.monotonic() + timeout
+    for p in signalled:
+        p.thread.join(timeout=max(end - time.monotonic(), 0.0))
+    stuck = [p._stuck() for p in signalled if p.thread.is_alive()]
+    for p in signalled:
+        p.daemon.close()
+    if stuck:
+        raise PartyDidNotStop(f"{len(stuck)} party thread(s) still running {timeout:g} s after stop(): "
+                              + "\n".join(stuck))
 
 
 def free_port() -> int:
@@ -124,6 +155,40 @@ def spawn_party(toml: Path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SUPPORT), *[p for p in sys.path if p]]))
     return subprocess.Popen([sys.executable, "-m", "party.daemon", "--config", str(toml), "--log-level", "WARNING"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def spawn_coordinator(pki: Pki, root: Path, port: int, extra_toml: str = "") -> subprocess.Popen:
+    """``dpfed coordinator serve`` as a process on ``port`` (state in ``root/state``, log in ``root/coordinator.log``,
+    ``extra_toml``: more top-level config lines), returned once it listens."""
+    f = pki.files("coordinator")
+    toml = root / "coordinator.toml"
+    toml.write_text(f'listen = "127.0.0.1:{port}"\nstate_dir = "{root / "state"}"\nplugins = ["net_noisy_mean"]\n'
+                    f'{extra_toml}[tls]\nca = "{f.ca}"\ncert = "{f.cert}"\nkey = "{f.key}"\n')
+    with open(root / "coordinator.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "dpfed.cli", "coordinator", "serve", "--config", str(toml)],
+                                env=subprocess_env(), stdout=subprocess.PIPE, stderr=log, text=True)
+    assert "listening on port" in proc.stdout.readline(), f"the coordinator did not start; see {root}/coordinator.log"
+    return proc
+
+
+def sigterm(proc: subprocess.Popen) -> tuple[int, float]:
+    """Send SIGTERM; the exit status and the seconds until the process is gone (killed after 30 s)."""
+    t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        rc = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = proc.wait()
+    return rc, time.monotonic() - t0
+
+
+def ledger_charges(path: Path) -> list[str]:
+    """The charge ids in the ledger (a party's, or the coordinator's mirror of one) at ``path``."""
+    from dpfed.core.ledger import BudgetLedger
+
+    with BudgetLedger(path, epsilon_limit=1e6, delta_limit=1e-6) as led:
+        return led.charge_ids()
 
 
 def admin(pki: Pki, port: int, name: str = "operator", evil: bool = False) -> AdminClient:
