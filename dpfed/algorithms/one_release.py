@@ -12,9 +12,12 @@ import numpy as np
 from dp_accounting import dp_event
 
 from dpfed.algorithms import secure_noise as sn
-from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Task, TaskRejected
+from dpfed.algorithms.contract import (Aggregate, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Released, Task,
+                                      TaskRejected)
+from dpfed.core.rng import SecureRNG
 
-__all__ = ["OneRelease", "OneReleaseParty", "OneReleaseCoordinator", "check_contributors", "integer_total"]
+__all__ = ["OneRelease", "OneReleaseParty", "OneReleaseCoordinator", "check_contributors", "integer_total",
+           "noisy_vector"]
 
 
 class OneReleaseParty(PartyAlgorithm):
@@ -46,6 +49,21 @@ class OneReleaseParty(PartyAlgorithm):
 
     def task_event(self, spec: JobSpec, task: Task) -> dp_event.DpEvent:
         return self.release_event(spec)  # the job is this one release
+
+
+def noisy_vector(key: str, vector: np.ndarray, laplace: bool, *, l1: int, epsilon: float, l2: float, sigma: float,
+                 rng: SecureRNG) -> Released:
+    """The party's integer ``vector`` released under ``key``: plus exact discrete Laplace noise for ``epsilon``
+    (``laplace``: pure DP, L1 sensitivity ``l1``), else exact rounded Gaussian noise of ``sigma`` (L2 sensitivity
+    ``l2``), with the release's event (the session checks it lies within the charged plan before anything
+    leaves)."""
+    from dpfed.core.mechanisms import discrete_laplace, rounded_gaussian
+
+    if laplace:
+        rel = discrete_laplace(vector, sensitivity=l1, epsilon=epsilon, rng=rng)
+    else:
+        rel = rounded_gaussian(vector, sensitivity=l2, sigma=sigma, rng=rng)
+    return Released({key: np.asarray(rel.value, dtype=np.int64)}, (rel.event,))
 
 
 def check_contributors(parties: Sequence[str], combined: Aggregate, *, secure: bool, min_survivors: int,

@@ -14,7 +14,7 @@ from dpfed.algorithms.linear_regression import secure
 from dpfed.algorithms.linear_regression.plan import TASK_KIND, Layout
 from dpfed.algorithms.linear_regression.release import plan_release
 from dpfed.algorithms.linear_regression.statistics import party_records, sufficient_statistics
-from dpfed.algorithms.one_release import OneReleaseParty
+from dpfed.algorithms.one_release import OneReleaseParty, noisy_vector
 from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
 from dpfed.core.rng import SecureRNG
@@ -32,17 +32,11 @@ class LinearRegressionParty(OneReleaseParty):
         return plan_release(spec).event
 
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        from dpfed.core.mechanisms import discrete_laplace, rounded_gaussian
-
         plan = plan_release(spec)
         X, yv = party_records(spec, X, y)
         stats = sufficient_statistics(X, yv, Layout.from_schema(spec.schema, plan.method), plan.weights)
-        if plan.method == "functional":
-            rel = discrete_laplace(stats, sensitivity=int(plan.l1), epsilon=spec.epsilon, rng=rng)
-        else:
-            rel = rounded_gaussian(stats, sensitivity=plan.l2, sigma=plan.noise, rng=rng)
-        # the session checks that rel.event lies within the charged plan before anything leaves
-        return Released({"stats": np.asarray(rel.value, dtype=np.int64)}, (rel.event,))
+        return noisy_vector("stats", stats, plan.method == "functional", l1=int(plan.l1), epsilon=spec.epsilon,
+                            l2=plan.l2, sigma=plan.noise, rng=rng)
 
 
 class SecureLinearRegressionParty(PlainAnswerRefused, LinearRegressionParty, SecureRelease):

@@ -15,7 +15,7 @@ from dpfed.algorithms.naive_bayes import secure
 from dpfed.algorithms.naive_bayes.plan import TASK_KIND
 from dpfed.algorithms.naive_bayes.release import plan_release
 from dpfed.algorithms.naive_bayes.statistics import party_records, sufficient_statistics
-from dpfed.algorithms.one_release import OneReleaseParty
+from dpfed.algorithms.one_release import OneReleaseParty, noisy_vector
 from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
 from dpfed.core.rng import SecureRNG
@@ -33,17 +33,11 @@ class NaiveBayesParty(OneReleaseParty):
         return plan_release(spec).event
 
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        from dpfed.core.mechanisms import discrete_laplace, rounded_gaussian
-
         plan = plan_release(spec)
         layout, X, y = party_records(spec, X, y)
         stats = sufficient_statistics(X, y, layout, plan.weights)
-        if plan.mechanism == "laplace":
-            rel = discrete_laplace(stats, sensitivity=plan.l1, epsilon=spec.epsilon, rng=rng)
-        else:
-            rel = rounded_gaussian(stats, sensitivity=plan.l2, sigma=plan.noise, rng=rng)
-        # the session checks that rel.event lies within the charged plan before anything leaves
-        return Released({"stats": np.asarray(rel.value, dtype=np.int64)}, (rel.event,))
+        return noisy_vector("stats", stats, plan.mechanism == "laplace", l1=plan.l1, epsilon=spec.epsilon,
+                            l2=plan.l2, sigma=plan.noise, rng=rng)
 
 
 class SecureNaiveBayesParty(PlainAnswerRefused, NaiveBayesParty, SecureRelease):
