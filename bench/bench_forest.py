@@ -3,9 +3,10 @@
     python bench/bench_forest.py [--seeds 3]
 
 * Data: adult (official split), nursery and mushroom (public random 70/30 split, seed 20180425).
-* dpfed ``random-forest``: T = 30 trees, the library's automatic depth (``random_forest/depth.py``: from the
-  public ``records`` bound = n train, k, epsilon, delta and the schema; no ``depth`` passed), all records in
-  every tree; the "no noise" column uses the same rule at sigma = 0, round(log2(n / k)) + 2. Configurations per epsilon:
+* dpfed ``random-forest``: the library's automatic trees and depth (``random_forest/depth.py``: from the
+  public ``records`` bound = n train, k, epsilon, delta and the schema; neither ``trees`` nor ``depth`` passed;
+  16..30 trees, fewer when deeper trees need the count cap), all records in every tree; the "no noise" column
+  uses the same rule at sigma = 0. Configurations per epsilon:
   5 parties with distributed noise (discrete Gaussian shares under secure aggregation, delta 1e-6, iid split
   by ``default_rng(seed)``), and one party holding all the data (local rounded Gaussian, delta 1e-6). Runs
   the party and coordinator halves in process with the real SecAgg rounds (``run_inprocess``), what the gRPC
@@ -34,14 +35,14 @@ warnings.simplefilter("ignore")  # seeded SecureRNGs warn by design; this is a s
 from dpfed.algorithms import get_algorithm  # noqa: E402
 from dpfed.algorithms.contract import JobSpec  # noqa: E402
 from dpfed.algorithms.random_forest import evaluate, job_forest, leaf_counts, postprocess  # noqa: E402
-from dpfed.algorithms.random_forest.depth import auto_depth  # noqa: E402
+from dpfed.algorithms.random_forest.depth import auto_shape  # noqa: E402
 from dpfed.data.datasets import load_dataset, split_parties  # noqa: E402
 from dpfed.simulation import run_inprocess  # noqa: E402
 
 DATASETS = ("adult", "nursery", "mushroom")
 EPSILONS = (0.1, 0.3, 1.0, 3.0, 10.0)
 TABLE_EPS = (0.1, 1.0)
-TREES, DELTA, PARTIES = 30, 1e-6, 5
+DELTA, PARTIES = 1e-6, 5
 TREE_DEPTH = 5
 TARGETS = {"adult": 0.82, "nursery": 0.85, "mushroom": 0.95}
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -51,15 +52,16 @@ def dataset(name: str):
     return load_dataset(name) if name == "adult" else load_dataset(name, test_fraction=0.3)
 
 
-def depth_for(d, eps: float | None = None, parties: int = PARTIES) -> int:
-    """The library's automatic depth for the job (no noise: its sigma = 0 branch)."""
+def shape_for(d, eps: float | None = None, parties: int = PARTIES) -> tuple[int, int]:
+    """The library's automatic (trees, depth) for the job (no noise: its sigma = 0 branch)."""
     if eps is None:
-        return auto_depth(d.schema, len(d.y_train), TREES, 0.0)
-    return job_forest(JobSpec("bench-depth", "random-forest", job_params(d, eps, parties, 0), d.schema)).depth
+        return auto_shape(d.schema, len(d.y_train), lambda t: 0.0)
+    f = job_forest(JobSpec("bench-depth", "random-forest", job_params(d, eps, parties, 0), d.schema))
+    return f.trees, f.depth
 
 
 def job_params(d, eps: float, parties: int, seed: int) -> dict:
-    params = {"epsilon": eps, "delta": DELTA, "trees": TREES, "tree_seed": seed, "records": len(d.y_train)}
+    params = {"epsilon": eps, "delta": DELTA, "tree_seed": seed, "records": len(d.y_train)}
     if parties > 1:
         params.update(noise="distributed", secure_aggregation=True, bits=16)
     return params
@@ -84,7 +86,8 @@ def dpfed_accuracy(d, eps: float, parties: int, seed: int, learner: str = "rando
 
 
 def dpfed_nonprivate(d, seed: int) -> float:
-    spec = JobSpec("bench-rf-exact", "random-forest", {"epsilon": 1.0, "trees": TREES, "depth": depth_for(d),
+    trees, depth = shape_for(d)
+    spec = JobSpec("bench-rf-exact", "random-forest", {"epsilon": 1.0, "trees": trees, "depth": depth,
                                                        "tree_seed": seed}, d.schema)
     forest = job_forest(spec)
     model = postprocess(leaf_counts(d.X_train, d.y_train, forest), forest, 1.0, "none")
@@ -123,8 +126,8 @@ def sweep(seeds: int) -> dict:
     out: dict = {}
     for name in DATASETS:
         d = dataset(name)
-        r: dict = {"n": len(d.y_train), "depth": depth_for(d), "cells": {},
-                   "depths": {e: (depth_for(d, e), depth_for(d, e, 1)) for e in EPSILONS}}
+        r: dict = {"n": len(d.y_train), "shape": shape_for(d), "cells": {},
+                   "shapes": {e: (shape_for(d, e), shape_for(d, e, 1)) for e in EPSILONS}}
         r["sklearn"] = mean_std([sklearn_accuracy(d, s) for s in range(seeds)])
         r["exact"] = mean_std([dpfed_nonprivate(d, s) for s in range(seeds)])
         for eps in EPSILONS:
@@ -156,23 +159,29 @@ def verdict(cell: dict, name: str, dist_cfg: str, one_cfg: str) -> str:
     return "; ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in met.items())
 
 
+def _shape(shape: tuple[int, int]) -> str:
+    return f"{shape[0]} x {shape[1]}"
+
+
 def tables(res: dict, seeds: int) -> str:
-    lines = [f"Test accuracy, mean ± std over {seeds} seeds; dpfed random forest: {TREES} trees, δ = {DELTA:g}; "
+    lines = [f"Test accuracy, mean ± std over {seeds} seeds; dpfed random forest: automatic trees x depth, "
+             f"δ = {DELTA:g}; "
              f"dpfed tree: one private split-choice tree of depth {TREE_DEPTH}, δ = {DELTA:g}; diffprivlib 0.6.6: 10 "
              "trees, pure ε.\n",
-             "| data set (n train, depth without noise) | non-private sklearn | dpfed forest, no noise | "
+             "| data set (n train, trees x depth without noise) | non-private sklearn | dpfed forest, no noise | "
              + " | ".join(f"{c} ε={e:g}" for e in TABLE_EPS for c in CONFIGS) + " | target ε=1 | met |",
              "|---|---|---|" + "---|" * (len(TABLE_EPS) * len(CONFIGS)) + "---|---|"]
     for name in DATASETS:
         r = res[name]
         cell = r["cells"]
         met = " / ".join(f"{label}: {verdict(cell, name, a, b)}" for label, a, b in LEARNERS)
-        lines.append(f"| {name} ({r['n']}, {r['depth']}) | {r['sklearn'][0]:.4f} | {r['exact'][0]:.4f} | "
+        lines.append(f"| {name} ({r['n']}, {r['shape'][0]} x {r['shape'][1]}) | {r['sklearn'][0]:.4f} | {r['exact'][0]:.4f} | "
                      + " | ".join(f"{cell[(c, e)][0]:.4f} ± {cell[(c, e)][1]:.4f}" for e in TABLE_EPS for c in CONFIGS)
                      + f" | {TARGETS[name]} | {met} |")
-    lines += ["", "Automatic depth per ε (5 parties distributed / 1 party): "
-              + "; ".join(f"{name} " + ", ".join(f"ε={e:g}: {res[name]['depths'][e][0]}/{res[name]['depths'][e][1]}"
-                                                 for e in EPSILONS) for name in DATASETS) + ".",
+    lines += ["", "Automatic trees x depth per ε (5 parties distributed / 1 party): "
+              + "; ".join(f"{name} " + ", ".join(f"ε={e:g}: {_shape(res[name]['shapes'][e][0])}/"
+                                                 f"{_shape(res[name]['shapes'][e][1])}" for e in EPSILONS)
+                          for name in DATASETS) + ".",
               "", "All epsilons (the plot):", "", "| data set | configuration | "
               + " | ".join(f"ε={e:g}" for e in EPSILONS) + " |", "|---|---|" + "---|" * len(EPSILONS)]
     for name in DATASETS:

@@ -12,7 +12,7 @@ from dpfed.algorithms.driver import run_local
 from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
 from dpfed.algorithms.random_forest.algorithm import ALGORITHMS
 from dpfed.algorithms.random_forest.model import predict_proba
-from dpfed.algorithms.random_forest.plan import DEFAULT_ALPHA, DEFAULT_TREES
+from dpfed.algorithms.random_forest.plan import DEFAULT_ALPHA
 from dpfed.algorithms.random_forest.records import party_records
 from dpfed.core.rng import SecureRNG
 from dpfed.data.schema import DataValidationError, Feature, Schema
@@ -34,11 +34,13 @@ class DPRandomForestClassifier(EstimatorParams, ClassifierScore):
     (sensitivity sqrt(T) instead of T for Laplace); ``delta=0`` is pure epsilon-DP. ``records`` is a PUBLIC
     bound on the number of records (a number you may publish, e.g. a registry's size; never counted from ``X``
     here, since the true count of private records is not public); with it and ``max_depth=None`` the automatic
-    depth of ``random_forest/depth.py`` applies, as in a federated job. ``max_depth=None`` without ``records``
-    is the library default depth.
+    shape of ``random_forest/depth.py`` applies, as in a federated job: ``n_estimators=None`` (the default) and
+    ``max_depth=None`` choose both the trees and the depth, an explicit ``n_estimators`` keeps its trees and
+    chooses the depth. Without ``records`` the library defaults (30 trees, depth 8) apply. ``trees_`` and
+    ``depth_`` after ``fit`` give the shape used.
     """
 
-    def __init__(self, epsilon: float = 1.0, delta: float = 1e-6, n_estimators: int = DEFAULT_TREES,
+    def __init__(self, epsilon: float = 1.0, delta: float = 1e-6, n_estimators: int | None = None,
                  max_depth: int | None = None, schema: Schema | None = None, random_state: int | None = None,
                  mechanism: str = "auto", alpha: float = DEFAULT_ALPHA, features: Sequence[str] | None = None,
                  records: int | None = None) -> None:
@@ -65,9 +67,10 @@ class DPRandomForestClassifier(EstimatorParams, ClassifierScore):
         schema = self._schema_for(X, y)
         rng = SecureRNG() if self.random_state is None else SecureRNG.from_seed(int(self.random_state))
         seed = int(self.random_state) if self.random_state is not None else int(SecureRNG().integers(1 << 62))
-        params = {"epsilon": float(self.epsilon), "delta": float(self.delta), "trees": int(self.n_estimators),
-                  "tree_seed": seed, "mechanism": self.mechanism,
-                  "alpha": float(self.alpha)}
+        params = {"epsilon": float(self.epsilon), "delta": float(self.delta), "tree_seed": seed,
+                  "mechanism": self.mechanism, "alpha": float(self.alpha)}
+        if self.n_estimators is not None:
+            params["trees"] = int(self.n_estimators)
         if self.max_depth is not None:
             params["depth"] = int(self.max_depth)
         if self.features is not None:
@@ -81,6 +84,7 @@ class DPRandomForestClassifier(EstimatorParams, ClassifierScore):
         run = run_local(algo, spec, Xv, yv, rng)
         self.model_, self.schema_, self.tree_seed_ = run.coordinator.model(), schema, seed
         self.depth_ = run.coordinator.forest.depth   # the explicit, automatic (``records``) or default depth
+        self.trees_ = run.coordinator.forest.trees   # likewise the number of trees
         self.classes_ = np.arange(schema.n_classes)
         self.n_features_in_ = schema.n_features
         self.privacy_event_ = run.event
@@ -92,13 +96,16 @@ class DPRandomForestClassifier(EstimatorParams, ClassifierScore):
         """The fitted estimator of a released model (a model file, :mod:`dpfed.algorithms.model_file`): the
         released trees and noisy leaf counts, predicting exactly as :func:`~.model.evaluate` does."""
         depth, features, records = params.get("depth"), params.get("features"), params.get("records")
+        trees = params.get("trees")
         est = cls(epsilon=float(params.get("epsilon", 1.0)), delta=float(params.get("delta", 1e-6)),
-                  n_estimators=int(params.get("trees", DEFAULT_TREES)), schema=schema,
+                  n_estimators=None if trees is None else int(trees), schema=schema,
                   max_depth=None if depth is None else int(depth), mechanism=str(params.get("mechanism", "auto")),
                   alpha=float(params.get("alpha", DEFAULT_ALPHA)), features=None if features is None else list(features),
                   records=None if records is None else int(records))
         est.model_, est.schema_ = {k: np.asarray(v) for k, v in model.items()}, schema
         est.tree_seed_ = params.get("tree_seed")
+        shape = est.model_["leaf_proba"].shape                  # (trees, 2^depth, classes): the shape released
+        est.trees_, est.depth_ = int(shape[0]), int(shape[1]).bit_length() - 1
         est.classes_ = np.arange(schema.n_classes)
         est.n_features_in_ = schema.n_features
         return est

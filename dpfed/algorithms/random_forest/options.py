@@ -13,7 +13,8 @@ from typing import Any
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.params import EPSILON, Param, ParamTable, arg_type, check_product, delta_param, noise_param
 from dpfed.algorithms.random_forest.plan import (DEFAULT_ALPHA, DEFAULT_DEPTH, DEFAULT_TREES, MECHANISMS,
-                                                 resolved_depth)
+                                                 resolved_shape)
+from dpfed.algorithms.random_forest.depth import MIN_AUTO_TREES
 from dpfed.algorithms.random_forest.structure import usable_features
 from dpfed.core.errors import TaskRejected
 from dpfed.data.schema import Schema
@@ -30,8 +31,10 @@ MAX_STRUCTURE = 1 << 23
 
 PARAMS = ParamTable((
     EPSILON, delta_param(1e-6),
-    Param("trees", int, DEFAULT_TREES, lo=1, cap=MAX_TREES, help=f"random forest: number of trees T (default "
-                                                                  f"{DEFAULT_TREES})"),
+    Param("trees", int, None, lo=1, cap=MAX_TREES, optional=True,
+          help=f"random forest: number of trees T (default: automatic with the depth from the public 'records' "
+               f"bound, {MIN_AUTO_TREES}..{DEFAULT_TREES} trees, fewer when the deeper trees need the count cap, "
+               f"random_forest/depth.py; {DEFAULT_TREES} without 'records' or with an explicit depth)"),
     Param("depth", int, None, lo=1, cap=MAX_DEPTH, optional=True,
           help=f"random forest: depth D of every tree, 2^D leaves (default: automatic from the public 'records' "
                f"bound, epsilon, delta and the schema, random_forest/depth.py; {DEFAULT_DEPTH} without 'records')"),
@@ -63,7 +66,8 @@ def check_params(p: dict[str, Any], schema: Schema | None) -> None:
     feats = p.get("features")
     if feats is not None and (not feats or not all(isinstance(f, str) for f in feats)):
         raise TaskRejected("random forest parameter 'features' must be a non-empty list of feature names")
-    trees, leaves = p["trees"], 1 << resolved_depth(p, schema)
+    trees, depth = resolved_shape(p, schema)
+    leaves = 1 << depth
     k = 1 if schema is None else max(1, schema.n_classes)
     check_product("", trees * leaves * k, MAX_COUNTS, "random forest counts trees x 2^depth x classes",
                   ["trees", "depth"])
@@ -81,7 +85,7 @@ def check_params(p: dict[str, Any], schema: Schema | None) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rf-trees", type=arg_type(PARAMS, "trees"), default=DEFAULT_TREES,
+    parser.add_argument("--rf-trees", type=arg_type(PARAMS, "trees"), default=None,
                         help=PARAMS.get("trees").help)
     parser.add_argument("--rf-depth", type=arg_type(PARAMS, "depth"), default=None,
                         help=PARAMS.get("depth").help)
@@ -94,9 +98,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    out = {"trees": getattr(args, "rf_trees", DEFAULT_TREES), "mechanism": getattr(args, "rf_mechanism", "auto"),
-           "alpha": getattr(args, "rf_alpha", DEFAULT_ALPHA),
+    out = {"mechanism": getattr(args, "rf_mechanism", "auto"), "alpha": getattr(args, "rf_alpha", DEFAULT_ALPHA),
            "noise": getattr(args, "noise", "local")}
+    if getattr(args, "rf_trees", None) is not None:
+        out["trees"] = args.rf_trees
     if getattr(args, "rf_depth", None) is not None:
         out["depth"] = args.rf_depth
     if getattr(args, "rf_tree_seed", None) is not None:

@@ -28,18 +28,19 @@ from typing import Any
 from dp_accounting import dp_event
 
 from dpfed.algorithms.contract import JobSpec
-from dpfed.algorithms.random_forest.depth import auto_depth
+from dpfed.algorithms.random_forest.depth import MAX_AUTO_TREES, auto_depth, auto_shape
 from dpfed.algorithms.random_forest.structure import Forest, forest_for, seed_material
 from dpfed.core import accounting
 from dpfed.core.memo import shared_cache
 from dpfed.data.schema import Schema
 
 __all__ = ["TASK_KIND", "MECHANISMS", "DEFAULT_TREES", "DEFAULT_DEPTH", "DEFAULT_ALPHA", "ForestPlan",
-           "ForestOptions", "job_options", "job_forest", "local_plan", "resolved_depth"]
+           "ForestOptions", "job_options", "job_forest", "local_plan", "resolved_shape"]
 
 TASK_KIND = "rf-leaf-counts"
 MECHANISMS = ("auto", "laplace", "gaussian")
-DEFAULT_TREES = 30
+#: Trees when ``trees`` is not set and there is no ``records`` bound (or the depth is set): 30.
+DEFAULT_TREES = MAX_AUTO_TREES
 DEFAULT_DEPTH = 8
 DEFAULT_ALPHA = 1.0
 
@@ -70,8 +71,7 @@ class ForestPlan:
 def job_options(spec: JobSpec) -> ForestOptions:
     """The job's forest options (ValueError with a reason when malformed)."""
     p: dict[str, Any] = dict(spec.params)
-    trees = int(p.get("trees", DEFAULT_TREES))
-    depth = resolved_depth(p, spec.schema)
+    trees, depth = resolved_shape(p, spec.schema)
     if trees < 1 or depth < 1:
         raise ValueError("random forest needs trees >= 1 and depth >= 1")
     mech = str(p.get("mechanism", "auto"))
@@ -86,19 +86,24 @@ def job_options(spec: JobSpec) -> ForestOptions:
                          None if feats is None else tuple(str(f) for f in feats))
 
 
-def resolved_depth(p: dict[str, Any], schema: Schema | None) -> int:
-    """The job's depth: the explicit ``depth`` parameter, else :func:`.depth.auto_depth` of the public
-    parameters (``records``, epsilon, delta, noise, trees) and the schema (the same at every party)."""
-    if p.get("depth") is not None:
-        return int(p["depth"])
-    records = p.get("records")
-    eps, delta, trees = float(p.get("epsilon", 1.0)), float(p.get("delta", 0.0)), int(p.get("trees", DEFAULT_TREES))
-    if records is None or schema is None or eps <= 0:
-        return DEFAULT_DEPTH
+def resolved_shape(p: dict[str, Any], schema: Schema | None) -> tuple[int, int]:
+    """The job's (trees, depth): the explicit ``trees`` and ``depth`` parameters where given; the missing ones
+    from the public parameters (``records``, epsilon, delta, noise, mechanism) and the schema
+    (:func:`.depth.auto_shape`, or :func:`.depth.auto_depth` for a given number of trees); without ``records``
+    (or with an explicit depth) :data:`DEFAULT_TREES` and :data:`DEFAULT_DEPTH`. The same at every party."""
+    trees, depth, records = p.get("trees"), p.get("depth"), p.get("records")
+    eps, delta = float(p.get("epsilon", 1.0)), float(p.get("delta", 0.0))
+    if depth is not None or records is None or schema is None or eps <= 0:
+        return (DEFAULT_TREES if trees is None else int(trees)), (DEFAULT_DEPTH if depth is None else int(depth))
     mech = "laplace" if delta <= 0 else "gaussian" if p.get("noise") == "distributed" else str(p.get("mechanism",
                                                                                                        "auto"))
-    sigma = math.sqrt(local_plan(trees, eps, delta, mech).noise_var)
-    return auto_depth(schema, int(records), trees, sigma, p.get("features"))
+
+    def sigma_for(t: int) -> float:
+        return math.sqrt(local_plan(t, eps, delta, mech).noise_var)
+
+    if trees is not None:
+        return int(trees), auto_depth(schema, int(records), int(trees), sigma_for(int(trees)), p.get("features"))
+    return auto_shape(schema, int(records), sigma_for, p.get("features"))
 
 
 def job_forest(spec: JobSpec) -> Forest:
