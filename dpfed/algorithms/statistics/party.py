@@ -10,7 +10,7 @@ import numpy as np
 from dp_accounting import dp_event
 
 from dpfed.algorithms.contract import JobSpec, Released, Task
-from dpfed.algorithms.one_release import OneReleaseParty
+from dpfed.algorithms.one_release import OneReleaseParty, noisy_vector
 from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
 from dpfed.algorithms.statistics import secure
@@ -35,15 +35,12 @@ class StatisticsParty(OneReleaseParty):
         return plan_release(spec).event
 
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        from dpfed.core.mechanisms import rounded_gaussian
-
         plan, layout = plan_release(spec), job_layout(spec)
         stats = party_statistics(X, y, layout, plan.weights, spec.schema)
-        if plan.mechanism == "laplace":
-            value, event = block_laplace(stats, plan, layout, rng)
-        else:
-            rel = rounded_gaussian(stats, sensitivity=plan.l2, sigma=float(plan.noise[0]), rng=rng)
-            value, event = np.asarray(rel.value), rel.event
+        if plan.mechanism != "laplace":  # one sigma for the whole vector (:mod:`.plan`)
+            return noisy_vector("stats", stats, False, l1=plan.l1, epsilon=spec.epsilon, l2=plan.l2,
+                                sigma=float(plan.noise[0]), rng=rng)
+        value, event = block_laplace(stats, plan, layout, rng)  # each block its own scale
         # the session checks that the event lies within the charged plan before anything leaves
         return Released({"stats": value.astype(np.int64).reshape(-1)}, (event,))
 
