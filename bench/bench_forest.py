@@ -11,8 +11,9 @@
   by ``default_rng(seed)``), and one party holding all the data (local rounded Gaussian, delta 1e-6). Runs
   the party and coordinator halves in process with the real SecAgg rounds (``run_inprocess``), what the gRPC
   daemons run. The trees come from ``tree_seed = seed``; the noise seed is the seed.
-* dpfed ``decision-tree`` (one private split-choice tree, Friedman & Schuster 2010 with noisy counts: depth 5,
-  16 cells per numeric feature, leaves 20 % of rho; ``decision_tree/``) in the same two configurations and seeds.
+* dpfed ``decision-tree`` (one private split-choice tree, Friedman & Schuster 2010 with noisy counts: the
+  library's automatic depth from the public ``records`` bound (``decision_tree/depth.py``), 16 cells per numeric
+  feature, leaves 20 % of rho; ``decision_tree/``) in the same two configurations and seeds.
 * diffprivlib 0.6.6 ``RandomForestClassifier(n_estimators=10)`` with the same public bounds and classes
   (pure epsilon-DP), scikit-learn's ``RandomForestClassifier`` and dpfed's forest without noise.
 * Mean ± std of the test accuracy over seeds 0..S-1; privacy-utility plot for epsilon 0.1 .. 10.
@@ -34,6 +35,7 @@ warnings.simplefilter("ignore")  # seeded SecureRNGs warn by design; this is a s
 
 from dpfed.algorithms import get_algorithm  # noqa: E402
 from dpfed.algorithms.contract import JobSpec  # noqa: E402
+from dpfed.algorithms.decision_tree.plan import resolved_depth as tree_depth  # noqa: E402
 from dpfed.algorithms.random_forest import evaluate, job_forest, leaf_counts, postprocess  # noqa: E402
 from dpfed.algorithms.random_forest.depth import auto_shape  # noqa: E402
 from dpfed.data.datasets import load_dataset, split_parties  # noqa: E402
@@ -43,7 +45,6 @@ DATASETS = ("adult", "nursery", "mushroom")
 EPSILONS = (0.1, 0.3, 1.0, 3.0, 10.0)
 TABLE_EPS = (0.1, 1.0)
 DELTA, PARTIES = 1e-6, 5
-TREE_DEPTH = 5
 TARGETS = {"adult": 0.82, "nursery": 0.85, "mushroom": 0.95}
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -68,7 +69,7 @@ def job_params(d, eps: float, parties: int, seed: int) -> dict:
 
 
 def tree_params(d, eps: float, parties: int) -> dict:
-    params = {"epsilon": eps, "delta": DELTA, "depth": TREE_DEPTH, "records": len(d.y_train)}
+    params = {"epsilon": eps, "delta": DELTA, "records": len(d.y_train)}
     if parties > 1:
         params.update(noise="distributed", secure_aggregation=True, bits=16)
     return params
@@ -127,7 +128,9 @@ def sweep(seeds: int) -> dict:
     for name in DATASETS:
         d = dataset(name)
         r: dict = {"n": len(d.y_train), "shape": shape_for(d), "cells": {},
-                   "shapes": {e: (shape_for(d, e), shape_for(d, e, 1)) for e in EPSILONS}}
+                   "shapes": {e: (shape_for(d, e), shape_for(d, e, 1)) for e in EPSILONS},
+                   "tree_depths": {e: (tree_depth(tree_params(d, e, PARTIES), d.schema),
+                                       tree_depth(tree_params(d, e, 1), d.schema)) for e in EPSILONS}}
         r["sklearn"] = mean_std([sklearn_accuracy(d, s) for s in range(seeds)])
         r["exact"] = mean_std([dpfed_nonprivate(d, s) for s in range(seeds)])
         for eps in EPSILONS:
@@ -166,7 +169,7 @@ def _shape(shape: tuple[int, int]) -> str:
 def tables(res: dict, seeds: int) -> str:
     lines = [f"Test accuracy, mean ± std over {seeds} seeds; dpfed random forest: automatic trees x depth, "
              f"δ = {DELTA:g}; "
-             f"dpfed tree: one private split-choice tree of depth {TREE_DEPTH}, δ = {DELTA:g}; diffprivlib 0.6.6: 10 "
+             f"dpfed tree: one private split-choice tree of automatic depth, δ = {DELTA:g}; diffprivlib 0.6.6: 10 "
              "trees, pure ε.\n",
              "| data set (n train, trees x depth without noise) | non-private sklearn | dpfed forest, no noise | "
              + " | ".join(f"{c} ε={e:g}" for e in TABLE_EPS for c in CONFIGS) + " | target ε=1 | met |",
@@ -181,6 +184,10 @@ def tables(res: dict, seeds: int) -> str:
     lines += ["", "Automatic trees x depth per ε (5 parties distributed / 1 party): "
               + "; ".join(f"{name} " + ", ".join(f"ε={e:g}: {_shape(res[name]['shapes'][e][0])}/"
                                                  f"{_shape(res[name]['shapes'][e][1])}" for e in EPSILONS)
+                          for name in DATASETS) + ".",
+              "", "Decision tree automatic depth per ε (5 parties distributed / 1 party): "
+              + "; ".join(f"{name} " + ", ".join(f"ε={e:g}: {res[name]['tree_depths'][e][0]}/"
+                                                 f"{res[name]['tree_depths'][e][1]}" for e in EPSILONS)
                           for name in DATASETS) + ".",
               "", "All epsilons (the plot):", "", "| data set | configuration | "
               + " | ".join(f"ε={e:g}" for e in EPSILONS) + " |", "|---|---|" + "---|" * len(EPSILONS)]

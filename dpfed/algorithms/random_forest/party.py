@@ -11,7 +11,7 @@ import numpy as np
 from dp_accounting import dp_event
 
 from dpfed.algorithms.contract import JobSpec, Released, Task
-from dpfed.algorithms.one_release import OneReleaseParty
+from dpfed.algorithms.one_release import OneReleaseParty, noisy_vector
 from dpfed.algorithms.random_forest import secure
 from dpfed.algorithms.random_forest.model import leaf_counts
 from dpfed.algorithms.random_forest.plan import TASK_KIND, job_forest
@@ -35,17 +35,11 @@ class ForestParty(OneReleaseParty):
         return plan_release(spec).event
 
     def answer(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None, rng: SecureRNG) -> Released:
-        from dpfed.core.mechanisms import discrete_laplace, rounded_gaussian
-
         plan = plan_release(spec)
         X, y = party_records(spec, X, y)
         counts = leaf_counts(X, y, job_forest(spec))
-        if plan.mechanism == "laplace":
-            rel = discrete_laplace(counts, sensitivity=plan.l1, epsilon=spec.epsilon, rng=rng)
-        else:
-            rel = rounded_gaussian(counts, sensitivity=plan.l2, sigma=plan.noise, rng=rng)
-        # the session checks that rel.event lies within the charged plan before anything leaves
-        return Released({"counts": np.asarray(rel.value, dtype=np.int64)}, (rel.event,))
+        return noisy_vector("counts", counts, plan.mechanism == "laplace", l1=plan.l1, epsilon=spec.epsilon,
+                            l2=plan.l2, sigma=plan.noise, rng=rng)
 
 
 class SecureForestParty(PlainAnswerRefused, ForestParty, SecureRelease):
