@@ -50,6 +50,13 @@ class LedgerError(DpfedError, RuntimeError):
     """The ledger file is unusable or inconsistent with the requested configuration."""
 
 
+def _unusable(path: str, exc: sqlite3.DatabaseError) -> str:
+    """The one-line refusal of a ledger path that SQLite cannot use; nothing was written to it."""
+    what = "is a folder, not a ledger file" if os.path.isdir(path) else f"is not a usable dpfed ledger ({exc})"
+    return (f"the ledger {path} {what}; it was left as it is (point `ledger` at the party's ledger file or restore "
+            "it from a backup: a new, empty ledger would forget what was spent)")
+
+
 class JobConflictError(DpfedError, ValueError):
     """A job id already recorded with other parameters (a job is its id *and* its parameters)."""
 
@@ -122,8 +129,11 @@ class BudgetLedger:
         if self.path != ":memory:" and not os.path.isdir(os.path.dirname(os.path.abspath(self.path))):
             raise LedgerError(f"the ledger's folder {os.path.dirname(os.path.abspath(self.path))} does not exist "
                               "(create it, or fix the ledger path)")
-        self._conn: sqlite3.Connection | None = sqlite3.connect(
-            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+        try:
+            self._conn: sqlite3.Connection | None = sqlite3.connect(
+                self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(_unusable(self.path, exc)) from None
         # Cache of the flattened multiset of everything committed, up to row ``_seen_seq``.
         self._counts: Counter[Any] = Counter()
         self._job_counts: dict[str, Counter[Any]] = {}
@@ -132,6 +142,9 @@ class BudgetLedger:
         self.spend_floor = 0.0
         try:
             self._setup()
+        except sqlite3.DatabaseError as exc:  # not a ledger (another file, a damaged one, a folder): said in one line
+            self.close()
+            raise LedgerError(_unusable(self.path, exc)) from None
         except Exception:
             self.close()
             raise

@@ -1,8 +1,9 @@
 """Configs refuse mistakes in one line (issue 29 item 2): one test per finding of the operator's first day, each
 failing on the code before (a quoted boolean turned TLS off, port 99999 listened on a random port, a second
 coordinator shared the port, a garbage certificate died with "Failed to bind", a party with a bad certificate
-retried forever, a missing ledger folder, a missing certificate file, ``dpfed status | head``, ``--dropout 1.5``
-ended in tracebacks or late failures, and every failed job suggested ``dpfed job resume``)."""
+retried forever, a missing ledger folder, a ledger path naming another file or a folder, a missing certificate
+file, ``dpfed status | head``, ``--dropout 1.5`` ended in tracebacks or late failures, and every failed job
+suggested ``dpfed job resume``)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -170,6 +171,29 @@ def test_missing_ledger_folder_and_certificate_file_are_one_line(tmp_path, pki, 
     code = main(["status", "--coordinator", "127.0.0.1:1", "--cert", str(tmp_path / "missing.crt")])
     err = capsys.readouterr().err
     assert code == 2 and "TLS file missing" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("kind", ["another file", "a folder"])
+def test_a_ledger_path_that_is_not_a_ledger_is_one_line_and_left_as_it_is(tmp_path, pki, capsys, kind):
+    """Before: ``sqlite3.DatabaseError: file is not a database`` (or "unable to open database file") as a
+    traceback from the daemon, ``dpfed party check`` and ``dpfed party ledger``."""
+    ledger = tmp_path / "ledger.sqlite"
+    if kind == "a folder":
+        ledger.mkdir()
+        (ledger / "keep").write_text("x")
+    else:
+        ledger.write_bytes(b"records,of,something,else\n" * 400)
+    before = sorted(ledger.iterdir()) if ledger.is_dir() else ledger.read_bytes()
+    toml = _party_toml(tmp_path, pki)
+    why = "is a folder, not a ledger file" if kind == "a folder" else "is not a usable dpfed ledger"
+    for argv in (["party", "check", "--config", str(toml)], ["party", "ledger", "--config", str(toml)]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert why in err and "left as it is" in err and len(err.strip().splitlines()) == 1, err
+    res = _run_party(toml)
+    assert res.returncode == 2 and why in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert (sorted(ledger.iterdir()) if ledger.is_dir() else ledger.read_bytes()) == before  # nothing written
+    assert not (tmp_path / "ledger.sqlite-wal").exists()
 
 
 def test_status_into_a_closed_pipe_is_quiet(tmp_path, pki, monkeypatch, capsys):
