@@ -42,6 +42,8 @@ What the engine does with it:
   parameters every DP-SGD learner's table lists, ranged once (the learner gives defaults and help texts);
 * :func:`charged_event` / :func:`check_round` / :class:`JobCache` / :class:`RecordCache` (:mod:`.party`): what
   every DP-SGD party half does alike (the charge check, a round's refusals, the per-job caches);
+* :func:`check_round_parties` / :func:`noise_placement` / :func:`central_noise_multiplier` (:mod:`.coordinator`):
+  what every DP-SGD coordinator half does alike (who is in a round's sum; the summary's noise facts);
 * :func:`decayed_rate` / :func:`direction` (:mod:`.optimizer`): the coordinator's step on the summed
   noisy gradients divided by the expected batch size (SGD with a decaying rate, or Adam): post-processing.
 

@@ -8,7 +8,6 @@ then is clamped to the public bound the parties check.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -16,6 +15,7 @@ import numpy as np
 from dpfed.algorithms import dpsgd
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
+from dpfed.algorithms.dpsgd.coordinator import central_noise_multiplier, check_round_parties, noise_placement
 from dpfed.algorithms.linear_models.defaults import DEFAULTS, WEIGHT_BOUND
 from dpfed.algorithms.linear_models.layout import layout
 from dpfed.algorithms.linear_models.plan import privacy_plan
@@ -51,13 +51,6 @@ class LinearCoordinator(CoordinatorAlgorithm):
             return Task(self.spec.job_id, 0, "count")
         return Task(self.spec.job_id, self.round, "step", arrays={"weights": self.W.copy()})
 
-    def _contributors(self, combined: Aggregate) -> None:
-        if self.secure:  # the survivors of the round (at least min_survivors: SecureGather aborts below)
-            if not set(combined.parties) <= set(self.parties) or len(combined.parties) < self.min_survivors:
-                raise ValueError(f"a secure round needs at least {self.min_survivors} of the job's parties")
-        elif set(combined.parties) != set(self.parties):
-            raise ValueError("answers must come from every party of the job")
-
     def absorb(self, task: Task, combined: Aggregate) -> None:
         if task.round != self.round:
             raise ValueError(f"answers for round {task.round}, expected round {self.round}")
@@ -66,7 +59,7 @@ class LinearCoordinator(CoordinatorAlgorithm):
                 self.n_hat = float(sn.secure_params(self.p).records)
             self.round += 1
             return
-        self._contributors(combined)
+        check_round_parties(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors)
         if task.kind == "count":
             self.n_hat = max(float(np.asarray(combined.arrays["count"], dtype=np.float64).sum()), 1.0)
             self.count_parties = len(combined.parties)
@@ -99,16 +92,11 @@ class LinearCoordinator(CoordinatorAlgorithm):
                                "optimizer": self.p["optimizer"], "lr": float(self.p["lr"]),
                                "sampling_rate": float(self.p["sampling_rate"]),
                                "expected_batch_size": float(self.p["sampling_rate"]) * self.n_hat,
-                               "noise_placement": self.p["noise"] + (
-                                   " (secure aggregation)" if self.secure else
-                                   " (simulation only: needs secure aggregation)" if self.p["noise"] == "distributed"
-                                   else "")}
+                               "noise_placement": noise_placement(self.p["noise"], self.secure)}
         if self.secure:
             sp = secure_linear_plan(self.spec)
-            # the central noise of a step's sum from the P_min - c honest shares, in units of the clip norm
             out.update(sigma_share=sp.step.sigma_share, gamma=sp.step.gamma,
-                       noise_multiplier=sp.step.gamma * sp.step.sigma_share * math.sqrt(sp.step.honest_parties)
-                       / sp.step.clip)
+                       noise_multiplier=central_noise_multiplier(sp.step))
         elif self.plan is not None:
             out.update(noise_multiplier=self.plan.noise_multiplier, count_noise=self.plan.count_noise)
         else:

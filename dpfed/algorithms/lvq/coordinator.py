@@ -9,7 +9,6 @@ times the survivors' share of the parties (parties of equal size assumed; post-p
 """
 from __future__ import annotations
 
-import math
 import zlib
 from typing import Any, Sequence
 
@@ -18,6 +17,7 @@ import numpy as np
 from dpfed.algorithms import dpsgd
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import Aggregate, CoordinatorAlgorithm, JobSpec, Task
+from dpfed.algorithms.dpsgd.coordinator import central_noise_multiplier, check_round_parties, noise_placement
 from dpfed.algorithms.lvq.defaults import DEFAULTS, PROTOTYPE_BOUND
 from dpfed.algorithms.lvq.layout import layout, prototype_labels
 from dpfed.algorithms.lvq.model import init_center
@@ -91,11 +91,7 @@ class LVQCoordinator(CoordinatorAlgorithm):
             self.init_aborted = True
             self.round += 1
             return
-        if self.secure:  # the survivors of the round (at least min_survivors: SecureGather aborts below)
-            if not set(combined.parties) <= set(self.parties) or len(combined.parties) < self.min_survivors:
-                raise ValueError(f"a secure round needs at least {self.min_survivors} of the job's parties")
-        elif set(combined.parties) != set(self.parties):
-            raise ValueError("answers must come from every party of the job")
+        check_round_parties(self.parties, combined, secure=self.secure, min_survivors=self.min_survivors)
         a = dict(combined.arrays)
         if task.kind == "init" and self.secure:  # the rows' weights (secure_rows) taken off the decoded sums
             a = decode_init(self.spec, a)
@@ -143,15 +139,10 @@ class LVQCoordinator(CoordinatorAlgorithm):
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"steps": self.steps, "clip": float(self.p["clip"]), "init": self.p["init"],
                                "optimizer": self.p["optimizer"], "lr": float(self.p["lr"]),
-                               "noise_placement": self.p["noise"] + (
-                                   " (secure aggregation)" if self.secure else
-                                   " (simulation only: needs secure aggregation)" if self.p["noise"] == "distributed"
-                                   else "")}
+                               "noise_placement": noise_placement(self.p["noise"], self.secure)}
         if self.secure:
             sp = secure_lvq_plan(self.spec)
-            # the central noise of a step's sum from the P_min - c honest shares, in units of the clip norm
-            # (comparable with local/float noise's multiplier; the survivors beyond P_min add more)
-            z = sp.step.gamma * sp.step.sigma_share * math.sqrt(sp.step.honest_parties) / sp.step.clip
+            z = central_noise_multiplier(sp.step)
             out.update(sigma_share=sp.step.sigma_share, gamma=sp.step.gamma, init_sigma_share=sp.init.sigma_share,
                        noise_multiplier=z, expected_batch_size=float(self.p["sampling_rate"]) * self.n_hat,
                        init_aborted=self.init_aborted)
