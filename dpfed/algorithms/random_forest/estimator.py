@@ -9,7 +9,7 @@ import numpy as np
 
 from dpfed.algorithms.contract import JobSpec
 from dpfed.algorithms.driver import run_local
-from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams
+from dpfed.algorithms.estimator import ClassifierScore, EstimatorParams, SchemaModel, model_arrays
 from dpfed.algorithms.random_forest.algorithm import ALGORITHMS
 from dpfed.algorithms.random_forest.model import predict_proba
 from dpfed.algorithms.random_forest.plan import DEFAULT_ALPHA
@@ -24,7 +24,7 @@ class DataDerivedSchemaWarning(UserWarning):
     """The estimator derived bounds and classes from the data: the release is then NOT private."""
 
 
-class DPRandomForestClassifier(EstimatorParams, ClassifierScore):
+class DPRandomForestClassifier(SchemaModel, EstimatorParams, ClassifierScore):
     """Scikit-learn-style DP random decision forest (Jagannathan, Pillaipakkamnatt & Wright 2012) for one array.
 
     ``schema`` gives the public domains and bounds the trees are drawn from; without one, ``fit`` derives
@@ -82,12 +82,10 @@ class DPRandomForestClassifier(EstimatorParams, ClassifierScore):
         Xv = schema.validate(X, y)
         Xv, yv = party_records(spec, Xv, y)
         run = run_local(algo, spec, Xv, yv, rng)
-        self.model_, self.schema_, self.tree_seed_ = run.coordinator.model(), schema, seed
+        self._adopt_model(run.coordinator.model(), schema, run.event)
+        self.tree_seed_ = seed
         self.depth_ = run.coordinator.forest.depth   # the explicit, automatic (``records``) or default depth
         self.trees_ = run.coordinator.forest.trees   # likewise the number of trees
-        self.classes_ = np.arange(schema.n_classes)
-        self.n_features_in_ = schema.n_features
-        self.privacy_event_ = run.event
         return self
 
     @classmethod
@@ -102,18 +100,14 @@ class DPRandomForestClassifier(EstimatorParams, ClassifierScore):
                   max_depth=None if depth is None else int(depth), mechanism=str(params.get("mechanism", "auto")),
                   alpha=float(params.get("alpha", DEFAULT_ALPHA)), features=None if features is None else list(features),
                   records=None if records is None else int(records))
-        est.model_, est.schema_ = {k: np.asarray(v) for k, v in model.items()}, schema
+        est._adopt_model(model_arrays(model), schema)
         est.tree_seed_ = params.get("tree_seed")
         shape = est.model_["leaf_proba"].shape                  # (trees, 2^depth, classes): the shape released
         est.trees_, est.depth_ = int(shape[0]), int(shape[1]).bit_length() - 1
-        est.classes_ = np.arange(schema.n_classes)
-        est.n_features_in_ = schema.n_features
         return est
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        if not hasattr(self, "model_"):
-            raise RuntimeError("this DPRandomForestClassifier is not fitted yet; call fit first")
-        return predict_proba(self.model_, self.schema_.validate(X, clip_numeric=True))
+        return predict_proba(self.model_, self._fitted_records(X))
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         return np.argmax(self.predict_proba(X), axis=1)
