@@ -42,7 +42,7 @@ from dpfed.core.errors import DpfedError
 from dpfed.core import accounting
 from dpfed.core.ledger import BudgetLedger
 
-__all__ = ["CheckpointError", "JobRecord", "StateStore", "TERMINAL_STATES", "RESUMABLE_STATES"]
+__all__ = ["CheckpointError", "JobRecord", "StateError", "StateStore", "TERMINAL_STATES", "RESUMABLE_STATES"]
 
 TERMINAL_STATES = frozenset({"done", "failed", "refused", "cancelled"})
 RESUMABLE_STATES = frozenset({"failed", "refused", "cancelled"})
@@ -80,6 +80,22 @@ def _fsync_dir(path: Path) -> None:
 
 class CheckpointError(DpfedError, RuntimeError):
     """A job's checkpoint exists but cannot be read."""
+
+
+class StateError(DpfedError, RuntimeError):
+    """A file of the state directory cannot be read: the coordinator does not start, and changes nothing."""
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise StateError(_unreadable(path, exc)) from None
+
+
+def _unreadable(path: Path, exc: Exception) -> str:
+    return (f"the state file {path} cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+            "nothing was changed: restore it from a backup, or move it out of the state folder")
 
 
 _FIXED = frozenset({"job_id", "algorithm", "params", "schema", "parties", "created"})
@@ -139,15 +155,23 @@ class StateStore:
         self.parties: dict[str, dict[str, Any]] = {}
         pf = self.root / "parties.json"
         if pf.exists():
-            self.parties = json.loads(pf.read_text())
+            self.parties = _read_json(pf)
+            if not isinstance(self.parties, dict):
+                raise StateError(_unreadable(pf, TypeError("not a JSON object")))
 
     # -- jobs ------------------------------------------------------------------------------
     def load_jobs(self) -> dict[str, JobRecord]:
         """All job records. A job that was offering or running when the coordinator stopped is queued
         again to resume (its parties treat the same id and parameters as a resume: no new charge)."""
+        records = []
+        for f in sorted((self.root / "jobs").glob("*.json")):  # every record read before any is changed
+            data = _read_json(f)
+            try:
+                records.append(JobRecord(**data))
+            except TypeError as exc:  # not a mapping, or not a job record's fields
+                raise StateError(_unreadable(f, exc)) from None
         jobs = {}
-        for f in sorted((self.root / "jobs").glob("*.json")):
-            rec = JobRecord(**json.loads(f.read_text()))
+        for rec in records:
             if rec.state in ("offering", "running"):
                 rec.reason = f"resuming after a coordinator restart (it was {rec.state}, {rec.rounds} round(s) done)"
                 rec.state, rec.resumes = "queued", rec.resumes + 1

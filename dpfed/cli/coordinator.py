@@ -156,6 +156,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from coordinator.config import ConfigError, CoordinatorConfig
     from coordinator.server import serve
+    from coordinator.state import StateError
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -167,7 +168,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         if over:
             cfg = replace(cfg, **over)
         running = serve(cfg)
-    except (ConfigError, FileNotFoundError, OSError, ConnectionError) as exc:
+    except (ConfigError, StateError, FileNotFoundError, OSError, ConnectionError) as exc:
         print(f"dpfed coordinator: error: {exc}", file=sys.stderr)
         return 2
     from dpfed.federation.shutdown import STOP_SECONDS, stop_on_signals

@@ -1,9 +1,9 @@
 """Configs refuse mistakes in one line (issue 29 item 2): one test per finding of the operator's first day, each
 failing on the code before (a quoted boolean turned TLS off, port 99999 listened on a random port, a second
 coordinator shared the port, a garbage certificate died with "Failed to bind", a party with a bad certificate
-retried forever, a missing ledger folder, a ledger path naming another file or a folder, a missing certificate
-file, ``dpfed status | head``, ``--dropout 1.5`` ended in tracebacks or late failures, and every failed job
-suggested ``dpfed job resume``)."""
+retried forever, a missing ledger folder, a ledger path naming another file or a folder, a damaged file in the
+coordinator's state folder, a missing certificate file, ``dpfed status | head``, ``--dropout 1.5`` ended in
+tracebacks or late failures, and every failed job suggested ``dpfed job resume``)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -194,6 +194,26 @@ def test_a_ledger_path_that_is_not_a_ledger_is_one_line_and_left_as_it_is(tmp_pa
     assert res.returncode == 2 and why in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert (sorted(ledger.iterdir()) if ledger.is_dir() else ledger.read_bytes()) == before  # nothing written
     assert not (tmp_path / "ledger.sqlite-wal").exists()
+
+
+@pytest.mark.parametrize("broken", ["jobs/b-broken.json", "parties.json", "jobs/c-not-a-record.json"])
+def test_a_damaged_state_file_stops_the_coordinator_in_one_line_and_changes_nothing(tmp_path, pki, capsys, broken):
+    """Before: a JSONDecodeError or TypeError traceback, after the records read before it were already rewritten
+    (a running job marked queued for its resume)."""
+    from coordinator.state import JobRecord
+
+    state = tmp_path / "state"
+    (state / "jobs").mkdir(parents=True)
+    running = JobRecord("a-running", "noisy-mean", {"rounds": 3}, None, ["party-0"], state="running", rounds=1)
+    (state / "jobs" / "a-running.json").write_text(running.to_json())
+    (state / "parties.json").write_text('{"party-0": {"epsilon_limit": 5.0}}')
+    (state / broken).write_text({"parties.json": "[1, 2", "jobs/b-broken.json": '{"job_id": "b-bro'}.get(
+        broken, '{"job_id": "c", "colour": "blue"}'))
+    before = {f: f.read_bytes() for f in state.rglob("*") if f.is_file()}
+    assert main(["coordinator", "serve", "--config", str(_coord_toml(tmp_path, pki))]) == 2
+    err = capsys.readouterr().err
+    assert str(state / broken) in err and "nothing was changed" in err and len(err.strip().splitlines()) == 1, err
+    assert {f: f.read_bytes() for f in state.rglob("*") if f.is_file()} == before
 
 
 def test_status_into_a_closed_pipe_is_quiet(tmp_path, pki, monkeypatch, capsys):
