@@ -22,7 +22,7 @@ The secure session (:mod:`dpfed.federation.secure_session`) and the coordinator'
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Iterator
+from typing import ClassVar, Iterator, Protocol
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from dpfed.algorithms.contract import Algorithm, Answer, JobSpec, Released, Task
 from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.core.rng import SecureRNG
 
-__all__ = ["SecureRelease", "PlainAnswerRefused", "release_of", "release_for"]
+__all__ = ["SecureRelease", "PlainAnswerRefused", "VectorModule", "VectorRelease", "release_of", "release_for"]
 
 
 class SecureRelease(ABC):
@@ -58,6 +58,28 @@ class SecureRelease(ABC):
         """The coordinator's decode of the survivors' sum mod 2^B into the named arrays of the plan's layout
         (KLS21 Alg. 2; centring only for integer plans). The learner's coordinator half post-processes them."""
         return plan.decode(total)
+
+
+class VectorModule(Protocol):
+    """A learner's secure module whose rounds each release the party's exact integer vector as one row."""
+
+    def secure_plan(self, spec: JobSpec, task: Task) -> SecurePlan | None: ...
+
+    def secure_rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None) -> Iterator[np.ndarray]: ...
+
+
+class VectorRelease(SecureRelease):
+    """A :class:`SecureRelease` whose plan and one row come from the learner's secure module (``vector_module``:
+    its ``secure_plan`` and ``secure_rows``; the row needs no randomness of the party's)."""
+
+    vector_module: ClassVar[VectorModule]
+
+    def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
+        return self.vector_module.secure_plan(spec, task)
+
+    def rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
+             rng: SecureRNG) -> Iterator[np.ndarray]:
+        return self.vector_module.secure_rows(spec, task, X, y)
 
 
 class PlainAnswerRefused:

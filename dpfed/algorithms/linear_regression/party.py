@@ -4,7 +4,6 @@ AdaSSP, discrete Laplace for the functional mechanism); :class:`SecureLinearRegr
 distributed noise with secure aggregation, releases the integer vector of :mod:`.secure`."""
 from __future__ import annotations
 
-from typing import Iterator
 
 import numpy as np
 from dp_accounting import dp_event
@@ -15,8 +14,7 @@ from dpfed.algorithms.linear_regression.plan import TASK_KIND, Layout
 from dpfed.algorithms.linear_regression.release import plan_release
 from dpfed.algorithms.linear_regression.statistics import party_records, sufficient_statistics
 from dpfed.algorithms.one_release import OneReleaseParty, noisy_vector
-from dpfed.algorithms.secure_plan import SecurePlan
-from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
+from dpfed.algorithms.secure_release import PlainAnswerRefused, VectorRelease
 from dpfed.core.rng import SecureRNG
 
 __all__ = ["LinearRegressionParty", "SecureLinearRegressionParty"]
@@ -39,16 +37,9 @@ class LinearRegressionParty(OneReleaseParty):
                             l2=plan.l2, sigma=plan.noise, rng=rng)
 
 
-class SecureLinearRegressionParty(PlainAnswerRefused, LinearRegressionParty, SecureRelease):
+class SecureLinearRegressionParty(PlainAnswerRefused, LinearRegressionParty, VectorRelease):
     """Distributed noise under secure aggregation: the same one task, released as the integer vector plus one
     noise share (never by :meth:`answer`)."""
 
     builtin = True
-
-    def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
-        return secure.secure_plan(spec, task)
-
-    def rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
-             rng: SecureRNG) -> Iterator[np.ndarray]:
-        """The party's integer statistics vector as one row (:func:`.secure.secure_rows`)."""
-        return secure.secure_rows(spec, task, X, y)
+    vector_module = secure  # the plan and the party's integer statistics vector as one row

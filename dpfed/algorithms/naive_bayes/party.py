@@ -5,7 +5,6 @@ secure aggregation, releases the integer vector of :mod:`.secure` (a
 :class:`~dpfed.algorithms.secure_release.SecureRelease`)."""
 from __future__ import annotations
 
-from typing import Iterator
 
 import numpy as np
 from dp_accounting import dp_event
@@ -16,8 +15,7 @@ from dpfed.algorithms.naive_bayes.plan import TASK_KIND
 from dpfed.algorithms.naive_bayes.release import plan_release
 from dpfed.algorithms.naive_bayes.statistics import party_records, sufficient_statistics
 from dpfed.algorithms.one_release import OneReleaseParty, noisy_vector
-from dpfed.algorithms.secure_plan import SecurePlan
-from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
+from dpfed.algorithms.secure_release import PlainAnswerRefused, VectorRelease
 from dpfed.core.rng import SecureRNG
 
 __all__ = ["NaiveBayesParty", "SecureNaiveBayesParty"]
@@ -40,16 +38,9 @@ class NaiveBayesParty(OneReleaseParty):
                             l2=plan.l2, sigma=plan.noise, rng=rng)
 
 
-class SecureNaiveBayesParty(PlainAnswerRefused, NaiveBayesParty, SecureRelease):
+class SecureNaiveBayesParty(PlainAnswerRefused, NaiveBayesParty, VectorRelease):
     """Distributed noise under secure aggregation: the same one task and plan (:func:`.release.plan_release`
     picks the distributed one), released as the integer vector plus one noise share (never by :meth:`answer`)."""
 
     builtin = True
-
-    def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
-        return secure.secure_plan(spec, task)
-
-    def rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
-             rng: SecureRNG) -> Iterator[np.ndarray]:
-        """The party's integer statistics vector as one row (:func:`.secure.secure_rows`)."""
-        return secure.secure_rows(spec, task, X, y)
+    vector_module = secure  # the plan and the party's integer statistics vector as one row
