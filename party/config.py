@@ -171,7 +171,7 @@ class PartyConfig:
         check_address(t["coordinator"], "coordinator", path)
         try:
             if "schema_file" in t:
-                schema = Schema.from_json((base / str(t["schema_file"])).read_text())
+                schema = _schema_file(base / str(t["schema_file"]), path)
             elif isinstance(t.get("schema"), dict):
                 schema = Schema.from_dict(t["schema"])
             else:
@@ -206,6 +206,14 @@ class PartyConfig:
             raise
         except (TypeError, ValueError, OSError) as exc:
             raise ConfigError(f"{path}: {exc}") from None
+
+
+def _schema_file(file: Path, path: object) -> Schema:
+    """The schema in ``file``; an unreadable or malformed one is named (not only the party.toml that names it)."""
+    try:
+        return Schema.from_json(file.read_text())
+    except (TypeError, ValueError, OSError) as exc:
+        raise ConfigError(f"{path}: schema_file {file}: {' '.join(str(exc).split())[:300]}") from None
 
 
 def _peers(value: object) -> tuple[str, ...]:

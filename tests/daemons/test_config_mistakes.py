@@ -1,9 +1,10 @@
 """Configs refuse mistakes in one line (issue 29 item 2): one test per finding of the operator's first day, each
 failing on the code before (a quoted boolean turned TLS off, port 99999 listened on a random port, a second
 coordinator shared the port, a garbage certificate died with "Failed to bind", a party with a bad certificate
-retried forever, a missing ledger folder, a ledger path naming another file or a folder, a damaged file in the
-coordinator's state folder, a missing certificate file, ``dpfed status | head``, ``--dropout 1.5`` ended in
-tracebacks or late failures, and every failed job suggested ``dpfed job resume``)."""
+retried forever, a missing ledger folder, a ledger path naming another file or a folder, a malformed schema_file
+blamed on party.toml, a damaged file in the coordinator's state folder, a missing certificate file, ``dpfed status
+| head``, ``--dropout 1.5`` ended in tracebacks or late failures, and every failed job suggested ``dpfed job
+resume``)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -214,6 +215,17 @@ def test_a_damaged_state_file_stops_the_coordinator_in_one_line_and_changes_noth
     err = capsys.readouterr().err
     assert str(state / broken) in err and "nothing was changed" in err and len(err.strip().splitlines()) == 1, err
     assert {f: f.read_bytes() for f in state.rglob("*") if f.is_file()} == before
+
+
+def test_a_malformed_schema_file_is_named(tmp_path, pki, capsys):
+    """Before: "party.toml: Expecting property name enclosed in double quotes: line 1 column 2", the party.toml
+    blamed for its schema file's JSON."""
+    toml = _party_toml(tmp_path, pki, extra='schema_file = "s.json"')
+    toml.write_text(toml.read_text().split("[schema]")[0])  # the schema from the file only
+    (tmp_path / "s.json").write_text("{not json")
+    assert main(["party", "check", "--config", str(toml)]) == 2
+    err = capsys.readouterr().err
+    assert f"schema_file {tmp_path / 's.json'}: Expecting property name" in err and len(err.strip().splitlines()) == 1
 
 
 def test_status_into_a_closed_pipe_is_quiet(tmp_path, pki, monkeypatch, capsys):
