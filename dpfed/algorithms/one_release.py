@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 from dp_accounting import dp_event
@@ -14,10 +14,11 @@ from dp_accounting import dp_event
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import (Aggregate, CoordinatorAlgorithm, JobSpec, PartyAlgorithm, Released, Task,
                                       TaskRejected)
+from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.core.rng import SecureRNG
 
 __all__ = ["OneRelease", "OneReleaseParty", "OneReleaseCoordinator", "check_contributors", "integer_total",
-           "noisy_vector"]
+           "noisy_vector", "one_task_plan"]
 
 
 class OneReleaseParty(PartyAlgorithm):
@@ -64,6 +65,15 @@ def noisy_vector(key: str, vector: np.ndarray, laplace: bool, *, l1: int, epsilo
     else:
         rel = rounded_gaussian(vector, sensitivity=l2, sigma=sigma, rng=rng)
     return Released({key: np.asarray(rel.value, dtype=np.int64)}, (rel.event,))
+
+
+def one_task_plan(spec: JobSpec, task: Task, task_kind: str,
+                  release: Callable[[JobSpec], tuple[Any, SecurePlan]]) -> SecurePlan | None:
+    """The :class:`SecurePlan` of ``task``, the second part of ``release(spec)``; None unless the job is under
+    secure aggregation and ``task`` is its one task (``task_kind``, round 0)."""
+    if not sn.is_secure(spec.params) or task.kind != task_kind or task.round != 0:
+        return None
+    return release(spec)[1]
 
 
 def check_contributors(parties: Sequence[str], combined: Aggregate, *, secure: bool, min_survivors: int,

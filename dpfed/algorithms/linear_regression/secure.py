@@ -22,6 +22,7 @@ from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import JobSpec, Task, TaskRejected
 from dpfed.algorithms.linear_regression.plan import TASK_KIND, Layout, LRPlan, integer_weights, job_method, sensitivities
 from dpfed.algorithms.linear_regression.statistics import party_records, sufficient_statistics
+from dpfed.algorithms.one_release import one_task_plan
 from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.core import distributed_noise as dn
 from dpfed.core.memo import shared_cache
@@ -65,9 +66,7 @@ def _calibrated(schema_json: str, eps: float, delta: float, honest: int, parties
 
 def secure_plan(spec: JobSpec, task: Task) -> SecurePlan | None:
     """The :class:`SecurePlan` of ``task`` (None unless the job is secure and ``task`` is its one task)."""
-    if not sn.is_secure(spec.params) or task.kind != TASK_KIND or task.round != 0:
-        return None
-    return secure_release(spec)[1]
+    return one_task_plan(spec, task, TASK_KIND, secure_release)
 
 
 def secure_rows(spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None) -> Iterator[np.ndarray]:

@@ -33,6 +33,7 @@ from dpfed.algorithms.contract import JobSpec, Task, TaskRejected
 from dpfed.algorithms.naive_bayes.plan import (MAX_SIGMA_UNITS, MIN_GRID, GRID, TASK_KIND, Layout, NBPlan,
                                                gaussian_multiplier, importance, job_options, optimal_weights)
 from dpfed.algorithms.naive_bayes.statistics import party_records, sufficient_statistics
+from dpfed.algorithms.one_release import one_task_plan
 from dpfed.algorithms.secure_plan import SecurePlan
 from dpfed.core import distributed_noise as dn
 from dpfed.core.memo import shared_cache
@@ -81,9 +82,7 @@ def integer_secure_plan(schema_json: str, eps: float, delta: float, honest: int,
 
 def secure_plan(spec: JobSpec, task: Task) -> SecurePlan | None:
     """The :class:`SecurePlan` of ``task`` (None unless the job is secure and ``task`` is its one task)."""
-    if not sn.is_secure(spec.params) or task.kind != TASK_KIND or task.round != 0:
-        return None
-    return secure_release(spec)[1]
+    return one_task_plan(spec, task, TASK_KIND, secure_release)
 
 
 def secure_rows(spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None) -> Iterator[np.ndarray]:
