@@ -276,7 +276,32 @@ def test_epsilon_delta_event_is_the_claimed_pair():
     assert eps2 <= A.sequential_basic([(0.7, 4e-7)] * 2)[0] + 1e-3
     # RDP takes it by basic composition (issue 29: every ledger accounts for every event)
     assert A.epsilon(ev, 1e-6, accountant="rdp") == pytest.approx(0.7, abs=1e-12)
-    assert math.isinf(A.epsilon(ev, 4e-7, accountant="rdp"))
+    # at its own delta exactly it is its own pair; below, nothing holds
+    assert A.epsilon(ev, 4e-7, accountant="rdp") == pytest.approx(0.7, abs=1e-12)
+    assert math.isinf(A.epsilon(ev, 3e-7, accountant="rdp"))
+
+
+def test_rdp_ledger_of_pure_releases_is_never_above_their_sum():
+    """An RDP ledger holding only pure releases (and bounds) answers no more than basic composition (Dwork &
+    Roth 2014, Thm. 3.16), against sums the test writes down; one Gaussian release among them switches the
+    basic branch off (the RDP answer then exceeds the pure sum plus nothing: checked by the exact Gaussian
+    conversion being above the pure part alone)."""
+    lap = E.DiscreteLaplaceDpEvent(0.1, 1)
+    assert A.epsilon(lap, 1e-6, accountant="rdp") == pytest.approx(0.1, abs=1e-15)
+    five = A.compose([lap, lap, E.SelfComposedDpEvent(lap, 3)])
+    assert A.epsilon(five, 1e-6, accountant="rdp") == pytest.approx(0.5, abs=1e-12)
+    assert A.delta(five, 0.5, accountant="rdp") == 0.0
+    assert A.delta(five, 0.49, accountant="rdp") > 0.0
+    bound = A.EpsilonDeltaBoundDpEvent(0.3, 2e-7)
+    mixed = A.compose([five, bound])
+    assert A.epsilon(mixed, 2e-7, accountant="rdp") == pytest.approx(0.8, abs=1e-12)
+    assert A.delta(mixed, 0.8, accountant="rdp") == pytest.approx(2e-7, rel=1e-12)
+    # many small pure releases: the RDP curve (advanced composition) wins over the plain sum
+    many = E.SelfComposedDpEvent(E.DiscreteLaplaceDpEvent(0.01, 1), 10_000)
+    assert A.epsilon(many, 1e-6, accountant="rdp") < 100.0 / 4
+    # a Gaussian among them: no basic branch, the RDP conversion alone
+    with_gauss = A.compose([five, E.GaussianDpEvent(50.0)])
+    assert A.epsilon(with_gauss, 1e-6, accountant="rdp") > 0.5 + 1e-3
 
 
 def test_within_fast_path_is_exact_equality_only():

@@ -48,4 +48,6 @@ def test_epsilon_delta_bound_composes_by_basic_composition():
     ref.compose(dpa.GaussianDpEvent(5.0))
     assert accounting.epsilon(ev, 1e-5, accountant="rdp") == pytest.approx(ref.get_epsilon(1e-5 - 1e-7) + 0.5,
                                                                         rel=1e-12)
-    assert math.isinf(accounting.epsilon(EpsilonDeltaBoundDpEvent(0.5, 1e-5), 1e-5, accountant="rdp"))
+    # a bound alone is its own pair at its own delta (basic composition), and nothing below it
+    assert accounting.epsilon(EpsilonDeltaBoundDpEvent(0.5, 1e-5), 1e-5, accountant="rdp") == 0.5
+    assert math.isinf(accounting.epsilon(EpsilonDeltaBoundDpEvent(0.5, 1e-5), 9e-6, accountant="rdp"))
