@@ -36,6 +36,7 @@ from dpfed.federation.shutdown import stop_on_signals
 from dpfed.federation.session import PartyContext, PartySession, TaskError, decide
 from party.config import ConfigError, PartyConfig
 from party.inbox import TaskInbox
+from party.ledger_lock import hold_ledger
 from party.ledger_page import serve_ledger_page
 from protos import dpfed_pb2 as pb
 from protos import dpfed_pb2_grpc as pbg
@@ -74,6 +75,11 @@ class PartyDaemon:
         self.X, self.y = X, y
         self.ledger = BudgetLedger(config.ledger, epsilon_limit=config.epsilon_limit,
                                    delta_limit=config.delta_limit, accountant=config.accountant)
+        try:
+            self._held = hold_ledger(config.ledger)  # one daemon per ledger (party/ledger_lock.py)
+        except LedgerError:
+            self.ledger.close()
+            raise
         self.party = PartyContext(config.name, X, y, config.schema, self.ledger, plugins=config.plugins,
                                   secure_aggregation=config.simulation, seed=config.seed, secagg=_secagg(config))
         self._jobs: dict[str, PartySession] = {}
@@ -124,6 +130,7 @@ class PartyDaemon:
         if self.page is not None:
             self.page.stop()
         self.ledger.close()
+        self._held.close()  # releases the daemon's lock on the ledger
 
     def run(self) -> None:
         """Connect, serve the task stream, reconnect on failure; return after :meth:`stop`."""

@@ -2,9 +2,9 @@
 failing on the code before (a quoted boolean turned TLS off, port 99999 listened on a random port, a second
 coordinator shared the port, a garbage certificate died with "Failed to bind", a party with a bad certificate
 retried forever, a missing ledger folder, a ledger path naming another file or a folder, a malformed schema_file
-blamed on party.toml, a damaged file in the coordinator's state folder, a missing certificate file, ``dpfed status
-| head``, ``--dropout 1.5`` ended in tracebacks or late failures, and every failed job suggested ``dpfed job
-resume``)."""
+blamed on party.toml, a damaged file in the coordinator's state folder, a second daemon on one ledger, a missing
+certificate file, ``dpfed status | head``, ``--dropout 1.5`` ended in tracebacks or late failures, and every failed
+job suggested ``dpfed job resume``)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -226,6 +226,29 @@ def test_a_malformed_schema_file_is_named(tmp_path, pki, capsys):
     assert main(["party", "check", "--config", str(toml)]) == 2
     err = capsys.readouterr().err
     assert f"schema_file {tmp_path / 's.json'}: Expecting property name" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_second_daemon_on_the_same_ledger_stops_in_one_line(tmp_path, pki):
+    """Before: both ran, each registration closing the other's session at the coordinator, for ever. A daemon
+    (a thread here, dialling a coordinator that is not there: it keeps retrying) holds the ledger; a second one,
+    as a process and in this process, stops at once naming the first's process id, and the first runs on; once
+    it has stopped, its ledger takes a new daemon."""
+    from dpfed.core.ledger import LedgerError
+    from net_helpers import ThreadParty, party_config, stop_parties
+
+    toml = party_config(pki, tmp_path, "party-0", 1, write_toml=True)
+    first = ThreadParty(PartyConfig.load(toml))
+    try:
+        res = _run_party(toml)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+        line = [ln for ln in res.stderr.splitlines() if ln.startswith("dpfed party: error:")]
+        assert len(line) == 1 and f"another party daemon (pid {os.getpid()}) is running" in line[0], res.stderr
+        with pytest.raises(LedgerError, match=rf"another party daemon \(pid {os.getpid()}\)"):
+            ThreadParty(PartyConfig.load(toml))
+        assert first.thread.is_alive() and first.error is None
+    finally:
+        stop_parties([first])
+    stop_parties([ThreadParty(PartyConfig.load(toml))])
 
 
 def test_status_into_a_closed_pipe_is_quiet(tmp_path, pki, monkeypatch, capsys):
