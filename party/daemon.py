@@ -89,8 +89,15 @@ class PartyDaemon:
         self._call = None
         self.connected = threading.Event()
         self._close_lock, self._closed = threading.Lock(), False
-        self.page = serve_ledger_page(self.ledger, config.name, config.console_port) \
-            if config.console_port >= 0 else None  # the data owner's ledger report on 127.0.0.1
+        try:
+            self.page = serve_ledger_page(self.ledger, config.name, config.console_port) \
+                if config.console_port >= 0 else None  # the data owner's ledger report on 127.0.0.1
+        except OSError as exc:  # the port is taken: one line, and the ledger and its lock let go
+            self.ledger.close()
+            self._held.close()
+            raise ConfigError(f"console_port {config.console_port}: the ledger page cannot listen on 127.0.0.1:"
+                              f"{config.console_port} ({exc.strerror or exc}); choose another port, or -1 for no "
+                              "page") from None
 
     @classmethod
     def from_config(cls, config: PartyConfig) -> "PartyDaemon":

@@ -2,9 +2,9 @@
 failing on the code before (a quoted boolean turned TLS off, port 99999 listened on a random port, a second
 coordinator shared the port, a garbage certificate died with "Failed to bind", a party with a bad certificate
 retried forever, a missing ledger folder, a ledger path naming another file or a folder, a malformed schema_file
-blamed on party.toml, a damaged file in the coordinator's state folder, a second daemon on one ledger, a missing
-certificate file, ``dpfed status | head``, ``--dropout 1.5`` ended in tracebacks or late failures, and every failed
-job suggested ``dpfed job resume``)."""
+blamed on party.toml, a damaged file in the coordinator's state folder, a second daemon on one ledger, a ledger
+page port in use, a missing certificate file, ``dpfed status | head``, ``--dropout 1.5`` ended in tracebacks or
+late failures, and every failed job suggested ``dpfed job resume``)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -249,6 +249,28 @@ def test_a_second_daemon_on_the_same_ledger_stops_in_one_line(tmp_path, pki):
     finally:
         stop_parties([first])
     stop_parties([ThreadParty(PartyConfig.load(toml))])
+
+
+def test_a_ledger_page_port_in_use_is_one_line_and_lets_the_ledger_go(tmp_path, pki):
+    """Before: "OSError: [Errno 98] Address already in use" as a traceback from the party daemon."""
+    import socket
+
+    from net_helpers import ThreadParty, party_config, stop_parties
+
+    toml = party_config(pki, tmp_path, "party-0", 1, write_toml=True)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        toml.write_text(toml.read_text().replace('name = "party-0"', f'name = "party-0"\nconsole_port = {port}'))
+        res = _run_party(toml)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+        line = [ln for ln in res.stderr.splitlines() if ln.startswith("dpfed party: error:")]
+        assert len(line) == 1 and f"console_port {port}: the ledger page cannot listen" in line[0], res.stderr
+        with pytest.raises(ConfigError, match=f"console_port {port}"):
+            ThreadParty(PartyConfig.load(toml))
+    toml.write_text(toml.read_text().replace(f"console_port = {port}", "console_port = -1"))
+    stop_parties([ThreadParty(PartyConfig.load(toml))])  # the failed start let go of the ledger and its lock
 
 
 def test_status_into_a_closed_pipe_is_quiet(tmp_path, pki, monkeypatch, capsys):
