@@ -139,6 +139,15 @@ def _run_party(toml, timeout=60):
                           env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
 
 
+def _refused_in_one_line(toml) -> str:
+    """The party daemon process's one error line (exit 2, no traceback)."""
+    res = _run_party(toml)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("dpfed party: error:")]
+    assert len(lines) == 1, res.stderr[-2000:]
+    return lines[0]
+
+
 def test_party_with_an_expired_certificate_stops_with_the_cause_in_its_log(tmp_path, pki):
     toml = _party_toml(tmp_path, pki, files=_expired_cert(pki, tmp_path))
     res = _run_party(toml)
@@ -239,10 +248,7 @@ def test_a_second_daemon_on_the_same_ledger_stops_in_one_line(tmp_path, pki):
     toml = party_config(pki, tmp_path, "party-0", 1, write_toml=True)
     first = ThreadParty(PartyConfig.load(toml))
     try:
-        res = _run_party(toml)
-        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
-        line = [ln for ln in res.stderr.splitlines() if ln.startswith("dpfed party: error:")]
-        assert len(line) == 1 and f"another party daemon (pid {os.getpid()}) is running" in line[0], res.stderr
+        assert f"another party daemon (pid {os.getpid()}) is running" in _refused_in_one_line(toml)
         with pytest.raises(LedgerError, match=rf"another party daemon \(pid {os.getpid()}\)"):
             ThreadParty(PartyConfig.load(toml))
         assert first.thread.is_alive() and first.error is None
@@ -263,10 +269,7 @@ def test_a_ledger_page_port_in_use_is_one_line_and_lets_the_ledger_go(tmp_path, 
         taken.listen()
         port = taken.getsockname()[1]
         toml.write_text(toml.read_text().replace('name = "party-0"', f'name = "party-0"\nconsole_port = {port}'))
-        res = _run_party(toml)
-        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
-        line = [ln for ln in res.stderr.splitlines() if ln.startswith("dpfed party: error:")]
-        assert len(line) == 1 and f"console_port {port}: the ledger page cannot listen" in line[0], res.stderr
+        assert f"console_port {port}: the ledger page cannot listen" in _refused_in_one_line(toml)
         with pytest.raises(ConfigError, match=f"console_port {port}"):
             ThreadParty(PartyConfig.load(toml))
     toml.write_text(toml.read_text().replace(f"console_port = {port}", "console_port = -1"))
