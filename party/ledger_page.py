@@ -4,8 +4,10 @@ The same report as ``dpfed party ledger`` (:mod:`party.ledger_report`), served f
 running daemon at ``http://127.0.0.1:PORT/`` (``/ledger.json``, ``/ledger.csv`` too). Loopback only, by
 construction (the address is not configurable), plain HTTP and no login: whoever can open a connection on
 the party's own machine can read it, as they could read the ledger file; put nothing in front of it that
-exposes it further. Read-only: GET and HEAD, nothing else. The standard library's server, in a daemon
-thread (see coordinator/web.py on why no framework).
+exposes it further. It answers only requests addressed to ``127.0.0.1:PORT`` or ``localhost:PORT`` (the Host
+header; anything else gets 421): a web page elsewhere whose own name is made to resolve to 127.0.0.1 (DNS
+rebinding) would otherwise read the ledger through the data owner's browser. Read-only: GET and HEAD, nothing
+else. The standard library's server, in a daemon thread (see coordinator/web.py on why no framework).
 """
 from __future__ import annotations
 
@@ -44,6 +46,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _get(self, head: bool) -> None:
+        port = self.server.port
+        host = self.headers.get("Host", "")
+        if host not in (f"127.0.0.1:{port}", f"localhost:{port}"):  # another name resolved to 127.0.0.1
+            self._reply(421, f"421 this page answers only at http://127.0.0.1:{port}/ (asked for host "
+                             f"{host[:80]!r})\n".encode(), "text/plain; charset=utf-8", head)
+            return
         path = self.path.split("?", 1)[0]
         if path not in ("/", "/ledger.json", "/ledger.csv"):
             self._reply(404, b"404 not found\n", "text/plain; charset=utf-8", head)

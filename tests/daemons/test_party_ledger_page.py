@@ -1,6 +1,7 @@
 """The party daemon's ledger page (``console_port`` in party.toml): on 127.0.0.1 only, read-only, the same
-report as ``dpfed party ledger`` (compared with the ledger's own rows here). No coordinator is needed: the
-daemon serves its page while it keeps trying to reach one."""
+report as ``dpfed party ledger`` (compared with the ledger's own rows here), and only to requests addressed to
+127.0.0.1 or localhost at its port (another Host, as a DNS-rebinding web page sends, gets 421 and no ledger). No
+coordinator is needed: the daemon serves its page while it keeps trying to reach one."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,10 +14,10 @@ from dpfed.core.ledger import BudgetLedger
 from net_helpers import ThreadParty, free_port, make_pki, party_config
 
 
-def _get(port: int, path: str, method: str = "GET") -> tuple[int, str]:
+def _get(port: int, path: str, method: str = "GET", host: str | None = None) -> tuple[int, str]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
     try:
-        conn.request(method, path)
+        conn.request(method, path, headers={"Host": host} if host else {})
         resp = conn.getresponse()
         return resp.status, resp.read().decode()
     finally:
@@ -43,5 +44,9 @@ def test_the_daemon_serves_its_ledger_on_loopback(tmp_path):
             [(r["job"], r["epsilon_after"], r["coordinator"]) for r in rows]
         assert _get(page.port, "/ledger.csv")[1].startswith("kind,time,job")
         assert _get(page.port, "/", "POST")[0] == 405 and _get(page.port, "/x")[0] == 404
+        assert _get(page.port, "/ledger.json", host=f"localhost:{page.port}")[0] == 200
+        for host in (f"rebound.example:{page.port}", "127.0.0.1", f"127.0.0.1:{page.port + 1}"):  # DNS rebinding
+            status, body = _get(page.port, "/ledger.json", host=host)
+            assert status == 421 and "answers only at http://127.0.0.1" in body and "job-x" not in body, body
     finally:
         party.stop()
