@@ -58,7 +58,7 @@ from protos import dpfed_pb2_grpc as pbg  # noqa: E402
 from protos.codec import PROTOCOL_VERSION, SESSION_METADATA  # noqa: E402
 
 SHARDS = {"ray_address": "auto", "shards": 2, "shard_host": "127.0.0.1", "shard_advertise": "127.0.0.1"}
-STOP_ROUNDS, STOP_STALL, STALL_SECONDS, GRACE = 8, 3, 2.5, 2.0   # the SIGTERM test's job; the daemons' grace
+STOP_ROUNDS, STOP_STALL, STALL_SECONDS, GRACE = 8, 3, 3.0, 2.0   # the SIGTERM test's job; the daemons' grace
 
 
 @pytest.fixture(scope="module")
@@ -342,7 +342,7 @@ def test_sigterm_takes_the_ingress_shards_down_within_the_grace_and_the_job_resu
     """SIGTERM to a coordinator whose ingress shards are live (issue 29, the shards' part): ``dpfed coordinator
     serve`` (a real process) joins this module's Ray cluster, its two ingress shards (Ray actors, each a gRPC
     server with mutual TLS) serving two real party daemons. A multi-round job (the noisy-mean test plugin) keeps the
-    coordinator's job runner busy 2.5 s absorbing round 3; SIGTERM lands in the middle of it, while the shards hold
+    coordinator's job runner busy 3 s absorbing round 3; SIGTERM lands in the middle of it, while the shards hold
     the parties' streams.
 
     Checked against what the test sees itself, not what the coordinator reports: the coordinator exits with status 0
@@ -368,7 +368,7 @@ def test_sigterm_takes_the_ingress_shards_down_within_the_grace_and_the_job_resu
             adm.submit_job("noisy-mean", {"rounds": STOP_ROUNDS, "width": 3, "absorb_stall_rounds": [STOP_STALL],
                                           "stall_seconds": STALL_SECONDS}, epsilon=100.0, delta=0.0, job_id="sigterm")
             wait_until(lambda: adm.status()["jobs"][0]["rounds"] >= STOP_STALL, 60, f"round {STOP_STALL}")
-        time.sleep(0.5)  # the coordinator absorbs round 3 (its job runner busy 2.5 s); the shards hold the streams
+        time.sleep(1.0)  # round 3 answered, its absorb under way: the runner busy 2 s more at least
         shards = _serving(addresses)
         assert len(shards) == 2, (addresses, shards)  # one process serves each shard address
         t0 = time.monotonic()
