@@ -30,6 +30,9 @@ __all__ = ["PartyCalls"]
 
 log = logging.getLogger("dpfed.coordinator")
 
+#: Algorithm names a party may list when it registers (dpfed has a dozen; plugins add a few).
+MAX_ALGORITHMS = 256
+
 
 class PartyCalls(CoordinatorBase):
     """The Party service's handlers (mixed into :class:`coordinator.server.Coordinator`)."""
@@ -51,6 +54,13 @@ class PartyCalls(CoordinatorBase):
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "epsilon_limit >= 0 and 0 < delta_limit < 1 required")
         if not 0 <= req.public_records <= 10**9:
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "public_records must lie in [0, 1e9] (0: none declared)")
+        if not (math.isfinite(req.epsilon_spent) and req.epsilon_spent >= 0):
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "epsilon_spent must be finite and >= 0")
+        if len(req.algorithms) > MAX_ALGORITHMS or not all(0 < len(a) <= 200 and a.isprintable()
+                                                           for a in req.algorithms):
+            # kept in parties.json, rewritten whole on every registration: bounded
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                        f"algorithms: at most {MAX_ALGORITHMS} names of 1-200 printable characters")
         token = secrets.token_hex(16)
         shard, outbox = -1, None
         if self.pool is not None:  # the shard learns the session before the party can dial it

@@ -43,6 +43,20 @@ def test_malformed_bytes_and_wrong_version_keep_the_server_up(net):
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "version 99" in err.details()
         req.version, req.schema_json = PROTOCOL_VERSION, "{not json"
         assert _err(lambda: stub.Register(req, timeout=10)).code() == grpc.StatusCode.INVALID_ARGUMENT
+        req.schema_json = SCHEMA.to_json()
+        for field, value, why in (("epsilon_spent", float("nan"), "epsilon_spent must be finite"),
+                                  ("epsilon_spent", -1.0, "epsilon_spent must be finite"),
+                                  ("algorithms", ["a" * 100] * 10_000, "algorithms: at most 256 names"),
+                                  ("algorithms", ["naive-bayes", "x\nforged log line"], "printable")):
+            bad = pb.RegisterRequest()
+            bad.CopyFrom(req)
+            if field == "algorithms":
+                bad.algorithms.extend(value)
+            else:
+                setattr(bad, field, value)
+            err = _err(lambda bad=bad: stub.Register(bad, timeout=10))
+            assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and why in err.details(), err.details()
+        assert "party-1" not in server.coordinator.store.parties  # nothing of the refused registrations kept
         assert register(stub, "party-1")
 
 
