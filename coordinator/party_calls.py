@@ -17,7 +17,8 @@ from typing import Iterator
 import grpc
 
 from coordinator.live import Active, CoordinatorBase, Session
-from coordinator.rpc import Abort, admit_result, check_version, first_part, metadata_session, outbox_stream, read_result
+from coordinator.rpc import (Abort, admit_result, check_version, first_part, metadata_session, outbox_stream, party_text,
+                             read_result)
 from dpfed.core import accounting
 from dpfed.core.names import NAME_RULE, valid_name
 from dpfed.data.schema import Schema
@@ -161,6 +162,7 @@ class PartyCalls(CoordinatorBase):
     def respond_job(self, req: pb.JobResponse, context: grpc.ServicerContext) -> pb.JobResponseAck:
         sess = self._session(context, req.version, req.session)
         name = sess.name
+        req.reason = party_text(req.reason)  # kept in the job record, logged, shown by `dpfed status`
         with self._cond:
             act = self._actives.get(req.job_id)
             if act is None:

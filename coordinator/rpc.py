@@ -14,7 +14,7 @@ from protos import dpfed_pb2 as pb
 from protos.codec import PROTOCOL_VERSION, SESSION_METADATA, ArrayAssembler, ProtocolError
 
 __all__ = ["Abort", "guard", "guard_stream", "check_version", "caller", "outbox_stream", "check_session", "admit_result",
-           "read_result", "SESSION_METADATA", "metadata_session", "first_part"]
+           "read_result", "SESSION_METADATA", "metadata_session", "first_part", "party_text"]
 
 
 class Abort(DpfedError):
@@ -133,6 +133,20 @@ def admit_result(first: pb.ResultPart, name: str, *, parties: Collection[str], r
                     f"{name!r} already sent its result for round {round_} (duplicate rejected)")
 
 
+#: Characters of a party's free text (a refusal reason, a task error) the coordinator keeps and shows.
+PARTY_TEXT_CHARS = 500
+
+
+def party_text(text: str) -> str:
+    """A party's free text as the coordinator keeps, logs and shows it to operators: at most
+    :data:`PARTY_TEXT_CHARS` characters, every non-printable one escaped (a newline cannot forge a log line, an
+    escape sequence cannot reach the operator's terminal through ``dpfed status``)."""
+    cut = text[:PARTY_TEXT_CHARS]
+    out = cut if cut.isprintable() else "".join(c if c.isprintable() else c.encode("unicode_escape").decode()
+                                                for c in cut)
+    return out + ("..." if len(text) > PARTY_TEXT_CHARS else "")
+
+
 def read_result(first: pb.ResultPart, parts: Iterator[pb.ResultPart]) -> tuple[dict[str, np.ndarray], str]:
     """The arrays and error of one result upload whose first part is ``first``; every part must carry the
     same version, session, job, round and task id. Raises :class:`ProtocolError` when malformed."""
@@ -150,4 +164,4 @@ def read_result(first: pb.ResultPart, parts: Iterator[pb.ResultPart]) -> tuple[d
             raise ProtocolError("result stream ended before its last part")
     if next(parts, None) is not None:
         raise ProtocolError("parts after the last one")
-    return asm.finish(), error
+    return asm.finish(), party_text(error)

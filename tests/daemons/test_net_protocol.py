@@ -151,3 +151,30 @@ def test_ids_replays_and_duplicates(net):
         # the hand-driven party's accepted plan is in the global budget exactly once
         assert server.coordinator.store.spent("party-1") == pytest.approx(1.0, rel=1e-3)
         stream.cancel()
+
+
+def test_a_party_refusal_reason_cannot_forge_log_lines_or_reach_the_terminal(net, caplog):
+    """Before: a party's refusal reason was kept, logged and shown by ``dpfed status`` as it came: a newline
+    forged coordinator log lines, an escape sequence reached the operator's terminal, any length was kept."""
+    from dpfed.cli.coordinator import format_status
+
+    pki, server, _ = net
+    evil = "budget\x1b[2J\x1b]0;owned\x07\n2026-11-27 12:00:00 dpfed.coordinator INFO job x done FORGED" + "z" * 5000
+    ch, stub = raw_stub(pki, server.port, "party-1")
+    with ch, admin(pki, server.port) as adm, caplog.at_level("INFO", logger="dpfed"):
+        token = register(stub, "party-1")
+        stream = stub.TaskStream(pb.StreamRequest(version=PROTOCOL_VERSION, session=token))
+        assert server.coordinator.wait_for_parties(["party-1"], 20)
+        job = adm.submit_job("noisy-mean", {"rounds": 2}, epsilon=1.0, delta=0.0, parties=["party-1"],
+                             job_id="job-evil-reason")
+        offer = next(m for m in stream if m.WhichOneof("body") != "heartbeat")
+        assert offer.WhichOneof("body") == "offer"
+        stub.RespondJob(pb.JobResponse(**_ids(token, job, -1, ""), accept=False, reason=evil), timeout=10)
+        rec = adm.wait(job, timeout=30, raise_on_failure=False)
+        table = format_status(adm.status())
+        stream.cancel()
+    kept = rec["refusals"]["party-1"]
+    assert rec["state"] == "refused" and kept.startswith("budget\\x1b[2J") and "\\n2026" in kept
+    assert kept.isprintable() and len(kept) <= 520 and rec["reason"].isprintable(), rec
+    assert "\x1b" not in table and "\x07" not in table
+    assert not [r for r in caplog.records if "FORGED" in r.getMessage() and "\n" in r.getMessage()]
