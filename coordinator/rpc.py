@@ -9,6 +9,7 @@ import grpc
 import numpy as np
 
 from dpfed.core.errors import DpfedError
+from dpfed.core.names import printable
 from dpfed.federation.tls import TlsFiles, peer_identity, peer_revoked
 from protos import dpfed_pb2 as pb
 from protos.codec import PROTOCOL_VERSION, SESSION_METADATA, ArrayAssembler, ProtocolError
@@ -138,13 +139,10 @@ PARTY_TEXT_CHARS = 500
 
 
 def party_text(text: str) -> str:
-    """A party's free text as the coordinator keeps, logs and shows it to operators: at most
-    :data:`PARTY_TEXT_CHARS` characters, every non-printable one escaped (a newline cannot forge a log line, an
-    escape sequence cannot reach the operator's terminal through ``dpfed status``)."""
-    cut = text[:PARTY_TEXT_CHARS]
-    out = cut if cut.isprintable() else "".join(c if c.isprintable() else c.encode("unicode_escape").decode()
-                                                for c in cut)
-    return out + ("..." if len(text) > PARTY_TEXT_CHARS else "")
+    """A party's free text as the coordinator keeps, logs and shows it to operators (:func:`printable`, at most
+    :data:`PARTY_TEXT_CHARS` characters): it cannot forge a log line or reach an operator's terminal through
+    ``dpfed status``."""
+    return printable(text, PARTY_TEXT_CHARS)
 
 
 def read_result(first: pb.ResultPart, parts: Iterator[pb.ResultPart]) -> tuple[dict[str, np.ndarray], str]:

@@ -30,7 +30,7 @@ from dpfed.algorithms import algorithm_names
 from dpfed.algorithms.contract import Task
 from dpfed.core.errors import DpfedError
 from dpfed.core.ledger import BudgetLedger, LedgerError
-from dpfed.core.names import NAME_RULE, valid_name
+from dpfed.core.names import NAME_RULE, printable, valid_name
 from dpfed.federation.secure_session import SecAggParty
 from dpfed.federation.shutdown import stop_on_signals
 from dpfed.federation.session import PartyContext, PartySession, TaskError, decide
@@ -53,6 +53,11 @@ log = logging.getLogger("dpfed.party")
 
 
 _FATAL = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION)
+
+
+def _shown(text: str | None, limit: int = 300) -> str:
+    """The coordinator's text (a status's details, a job's end) as this party logs it: cut and escaped."""
+    return printable(str(text or ""), limit)
 
 
 class AuthenticationFailed(DpfedError, ConnectionError):
@@ -149,7 +154,7 @@ class PartyDaemon:
                 self._serve_once()
                 refused = 0
             except _Refused as exc:
-                log.error("coordinator refused party %s: %s", self.config.name, exc.error.details())
+                log.error("coordinator refused party %s: %s", self.config.name, _shown(exc.error.details()))
                 raise exc.error from None
             except (PeerRefused, OSError) as exc:  # not our coordinator (or unreachable): never register there
                 if self._stop.is_set():
@@ -167,7 +172,7 @@ class PartyDaemon:
                 details = str(exc.details() if hasattr(exc, "details") else exc)
                 refused = 0
                 log.warning("connection to %s lost (%s: %s); retrying in %.1f s", self.config.coordinator,
-                            code.name if code else exc, " ".join(details.split())[:300], self.config.reconnect_seconds)
+                            code.name if code else exc, _shown(" ".join(details.split())), self.config.reconnect_seconds)
             finally:
                 self.connected.clear()
                 for ch in (self._channel, self._shard_channel):
@@ -225,7 +230,7 @@ class PartyDaemon:
                 if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED):
                     raise  # reconnect (and register again)
                 # the coordinator rejected one reply (e.g. the job failed meanwhile): the stream goes on
-                log.warning("coordinator rejected a reply: %s %s", exc.code().name, exc.details())
+                log.warning("coordinator rejected a reply: %s %s", exc.code().name, _shown(exc.details()))
 
     def _dispatch(self, stub: pbg.PartyStub, data: pbg.PartyStub, session: str, msg: pb.CoordinatorMessage,
                   which: str, inbox: TaskInbox) -> None:
@@ -234,7 +239,7 @@ class PartyDaemon:
         elif which == "job_end":
             self._jobs.pop(msg.job_id, None)
             inbox.drop(msg.job_id)
-            log.info("job %s ended: %s", msg.job_id, msg.job_end[:200].encode("unicode_escape").decode())
+            log.info("job %s ended: %s", msg.job_id, _shown(msg.job_end, 200))
         else:  # a task part: the first carries the header, the last has last=True (bounded: party/inbox.py)
             task = inbox.add(msg, msg.job_id in self._jobs)
             if task is not None:
@@ -335,7 +340,7 @@ def serve_from_config(path: str, log_level: str = "INFO", insecure: bool = False
     try:
         daemon.run()
     except grpc.RpcError as exc:
-        print(f"dpfed party: error: the coordinator refused this party: {exc.details()}", file=sys.stderr)
+        print(f"dpfed party: error: the coordinator refused this party: {_shown(exc.details())}", file=sys.stderr)
         return 1
     except AuthenticationFailed as exc:
         print(f"dpfed party: error: {exc}", file=sys.stderr)

@@ -5,13 +5,14 @@ One rule for both, checked at every place a name arrives (the coordinator's ``Re
 1-64 characters of ASCII letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit.
 They become file names and log fields, so a NUL, a newline (which would forge a line in a log), any
 other control character, a path separator or an over-long name is refused. The whole string must
-match (``fullmatch``: a trailing newline does not slip past a ``$``).
+match (``fullmatch``: a trailing newline does not slip past a ``$``). Free text from the other side (a refusal
+reason, an error's details) is not refused but shown through :func:`printable`: cut, control characters escaped.
 """
 from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_NAME_LENGTH", "NAME_RULE", "valid_name", "check_job_id"]
+__all__ = ["MAX_NAME_LENGTH", "NAME_RULE", "valid_name", "check_job_id", "printable"]
 
 MAX_NAME_LENGTH = 64
 NAME_RULE = f"1-{MAX_NAME_LENGTH} letters, digits, '.', '_', '-' (starting with a letter or digit)"
@@ -29,3 +30,13 @@ def check_job_id(job_id: object) -> str:
         shown = repr(job_id)[:80]
         raise ValueError(f"invalid job id {shown}: a job id is {NAME_RULE}")
     return str(job_id)
+
+
+def printable(text: str, limit: int) -> str:
+    """``text`` from across a trust boundary as it may be logged, kept or shown: at most ``limit`` characters
+    ("..." after), every non-printable one escaped (a newline cannot forge a log line, an escape sequence cannot
+    reach a terminal)."""
+    cut = text[:limit]
+    out = cut if cut.isprintable() else "".join(c if c.isprintable() else c.encode("unicode_escape").decode()
+                                                for c in cut)
+    return out + ("..." if len(text) > limit else "")

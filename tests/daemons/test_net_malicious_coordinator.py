@@ -317,6 +317,26 @@ def test_a_record_value_never_reaches_a_traceback_or_log(pki, tmp_path):
         assert "label" in text
 
 
+def test_the_coordinators_text_cannot_forge_the_partys_log_lines(evil, caplog):
+    """A rejection's details (and a job end) are logged cut and escaped: before, a newline in them wrote a line of
+    the coordinator's choosing into the party's log, an escape sequence reached the owner's terminal."""
+    import time
+
+    ev, party, ledger = evil
+    forged = "no\x1b[2J\n2026-11-27 12:00:00 dpfed.party INFO party party-0: FORGED"
+    ev.reject_with = forged + "x" * 2000
+    with caplog.at_level("INFO", logger="dpfed.party"):
+        assert ev.offer(_spec("rejected", "naive-bayes")).accept
+        ev.end("rejected", reason=forged)
+        deadline = time.monotonic() + 30
+        while not [r for r in caplog.records if "ended" in r.getMessage()] and time.monotonic() < deadline:
+            time.sleep(0.05)
+    logged = [r.getMessage() for r in caplog.records if "FORGED" in r.getMessage()]
+    assert len(logged) == 2 and all("\\n2026" in m and "\\x1b[2J" in m for m in logged), logged
+    assert not [m for m in logged if "\n" in m or "\x1b" in m or len(m) > 600], logged
+    assert party.thread.is_alive() and ledger.charge_ids() == ["rejected:plan"]
+
+
 # ------------------------------------------------------------------------------------- kill -9 and resume
 
 def test_a_party_killed_mid_job_resumes_without_a_new_charge(pki, tmp_path):

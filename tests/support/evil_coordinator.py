@@ -54,6 +54,7 @@ class EvilCoordinator(pbg.PartyServicer):
         self.registered: queue.Queue[str] = queue.Queue()
         self.responses: queue.Queue[pb.JobResponse] = queue.Queue()
         self.results: queue.Queue[Result] = queue.Queue()
+        self.reject_with: str | None = None       # RespondJob aborts with these details when set
         self._ids = itertools.count()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=channel_options())
         pbg.add_PartyServicer_to_server(self, self.server)
@@ -97,6 +98,8 @@ class EvilCoordinator(pbg.PartyServicer):
 
     def RespondJob(self, request: pb.JobResponse, context: grpc.ServicerContext) -> pb.JobResponseAck:
         self.responses.put(request)
+        if self.reject_with is not None:  # rejected with these details (the party's log must not trust them)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, self.reject_with)
         return pb.JobResponseAck(version=PROTOCOL_VERSION)
 
     def SubmitResult(self, request_iterator, context: grpc.ServicerContext) -> pb.ResultAck:
