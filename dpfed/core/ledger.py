@@ -18,14 +18,11 @@ charge: a job's parameters digest (``jobs``: a job id means one set of parameter
 in the transaction of the job's first charge) and every answered round (``answers``: job, round,
 digest of the task, digest of the answer), with the bytes of each job's latest answer
 (``latest_answers``) so a repeat of that round gets the identical bytes, never a new draw
-(:meth:`BudgetLedger.record_answer`). Who asked is recorded beside the job (``job_origin``: the
-algorithm and the coordinator's identity, in the transaction of the job's first charge; a table
-added later, so a ledger written before it still loads and shows those jobs' origin as unknown);
+(:meth:`BudgetLedger.record_answer`). Who asked is recorded beside the job (``job_origin``: the algorithm and
+the coordinator's identity, in the job's first charge; a ledger written before that table shows them unknown);
 :meth:`BudgetLedger.history` reads it all back for the data owner's view (``dpfed party ledger``).
 """
 from __future__ import annotations
-
-from dpfed.core.errors import DpfedError
 
 import math
 import os
@@ -39,6 +36,7 @@ from typing import Any, NamedTuple, cast
 from dp_accounting.dp_event import DpEvent
 
 from dpfed.core import accounting
+from dpfed.core.errors import DpfedError
 
 __all__ = ["BudgetLedger", "BudgetExceededError", "LedgerError", "JobConflictError", "AnswerConflictError",
            "StoredAnswer"]
@@ -489,7 +487,6 @@ class BudgetLedger:
 
 
 _FLAT_CACHE: dict[str, Counter[Any]] = {}
-
 
 
 def _flatten_json(event_json: str) -> Counter[Any]:
