@@ -5,7 +5,6 @@ discrete Gaussian share (:mod:`.secure`, a :class:`~dpfed.algorithms.secure_rele
 check every task against the plan first (:func:`.task.structure`)."""
 from __future__ import annotations
 
-from typing import Iterator
 
 import numpy as np
 from dp_accounting import dp_event
@@ -14,8 +13,7 @@ from dpfed.algorithms.contract import JobSpec, PartyAlgorithm, Released, Task, T
 from dpfed.algorithms.decision_tree import secure
 from dpfed.algorithms.decision_tree.release import plan_release
 from dpfed.algorithms.decision_tree.task import party_vector, round_of, structure
-from dpfed.algorithms.secure_plan import SecurePlan
-from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
+from dpfed.algorithms.secure_release import PlainAnswerRefused, VectorRelease
 from dpfed.core.rng import SecureRNG
 
 __all__ = ["TreeParty", "SecureTreeParty"]
@@ -49,15 +47,9 @@ class TreeParty(PartyAlgorithm):
         return Released({"counts": np.asarray(rel.value, dtype=np.int64)}, (rel.event,))
 
 
-class SecureTreeParty(PlainAnswerRefused, TreeParty, SecureRelease):
+class SecureTreeParty(PlainAnswerRefused, TreeParty, VectorRelease):
     """Distributed noise under secure aggregation: the same rounds, each released as the exact integer counts
     plus one noise share through the secure session (never by :meth:`answer`)."""
 
     builtin = True
-
-    def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
-        return secure.secure_plan(spec, task)
-
-    def rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
-             rng: SecureRNG) -> Iterator[np.ndarray]:
-        return secure.secure_rows(spec, task, X, y)
+    vector_module = secure  # each round's plan and the party's exact integer counts as one row

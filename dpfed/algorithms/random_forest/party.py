@@ -5,7 +5,6 @@ releases the exact counts plus one discrete Gaussian share (:mod:`.secure`, a
 :class:`~dpfed.algorithms.secure_release.SecureRelease`)."""
 from __future__ import annotations
 
-from typing import Iterator
 
 import numpy as np
 from dp_accounting import dp_event
@@ -17,8 +16,7 @@ from dpfed.algorithms.random_forest.model import leaf_counts
 from dpfed.algorithms.random_forest.plan import TASK_KIND, job_forest
 from dpfed.algorithms.random_forest.records import party_records
 from dpfed.algorithms.random_forest.release import plan_release
-from dpfed.algorithms.secure_plan import SecurePlan
-from dpfed.algorithms.secure_release import PlainAnswerRefused, SecureRelease
+from dpfed.algorithms.secure_release import PlainAnswerRefused, VectorRelease
 from dpfed.core.rng import SecureRNG
 
 __all__ = ["ForestParty", "SecureForestParty"]
@@ -42,16 +40,9 @@ class ForestParty(OneReleaseParty):
                             l2=plan.l2, sigma=plan.noise, rng=rng)
 
 
-class SecureForestParty(PlainAnswerRefused, ForestParty, SecureRelease):
+class SecureForestParty(PlainAnswerRefused, ForestParty, VectorRelease):
     """Distributed noise under secure aggregation: the same one task, released as the exact integer counts plus
     one noise share through the secure session (never by :meth:`answer`)."""
 
     builtin = True
-
-    def plan(self, spec: JobSpec, task: Task) -> SecurePlan | None:
-        return secure.secure_plan(spec, task)
-
-    def rows(self, spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None,
-             rng: SecureRNG) -> Iterator[np.ndarray]:
-        """The party's exact leaf-count vector as one row (:func:`.secure.secure_rows`)."""
-        return secure.secure_rows(spec, task, X, y)
+    vector_module = secure  # the plan and the party's exact leaf-count vector as one row

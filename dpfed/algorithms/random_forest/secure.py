@@ -19,6 +19,7 @@ import numpy as np
 
 from dpfed.algorithms import secure_noise as sn
 from dpfed.algorithms.contract import JobSpec, Task, TaskRejected
+from dpfed.algorithms.one_release import one_task_plan
 from dpfed.algorithms.random_forest.model import leaf_counts
 from dpfed.algorithms.random_forest.records import party_records
 from dpfed.algorithms.random_forest.plan import TASK_KIND, ForestPlan, job_forest, job_options
@@ -65,9 +66,7 @@ def _calibrated(trees: int, dim: int, eps: float, delta: float, sp: sn.SecurePar
 
 def secure_plan(spec: JobSpec, task: Task) -> SecurePlan | None:
     """The :class:`SecurePlan` of ``task`` (None unless the job is secure and ``task`` is its one task)."""
-    if not sn.is_secure(spec.params) or task.kind != TASK_KIND or task.round != 0:
-        return None
-    return secure_release(spec)[1]
+    return one_task_plan(spec, task, TASK_KIND, secure_release)
 
 
 def secure_rows(spec: JobSpec, task: Task, X: np.ndarray, y: np.ndarray | None) -> Iterator[np.ndarray]:
