@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any, Callable
 
 __all__ = ["add_commands"]
 
@@ -61,75 +62,52 @@ def _add_certs(sub: argparse._SubParsersAction) -> None:
     tk.set_defaults(func=_cmd_certs_token)
 
 
+def _printed(command: str, call: Callable[[], Any], errors: tuple[type[Exception], ...] = (ValueError,
+             FileNotFoundError), hint: str = "") -> int:
+    """Run one ``dpfed certs`` command: print the paths (or token) it returns, one per line, or its one-line
+    error (exit 1)."""
+    try:
+        out = call()
+    except errors as exc:
+        print(f"dpfed certs {command}: error: {exc}{hint}", file=sys.stderr)
+        return 1
+    for line in out if isinstance(out, tuple) else (out,):
+        print(line)
+    return 0
+
+
 def _cmd_certs_init(args: argparse.Namespace) -> int:
     from dpfed.federation.certs import init_ca
 
-    try:
-        path = init_ca(args.dir, overwrite=args.force)
-    except FileExistsError as exc:
-        print(f"dpfed certs init: error: {exc} (use --force to replace it)", file=sys.stderr)
-        return 1
-    print(path)
-    return 0
+    return _printed("init", lambda: init_ca(args.dir, overwrite=args.force), (FileExistsError,),
+                    " (use --force to replace it)")
 
 
 def _cmd_certs_issue(args: argparse.Namespace) -> int:
     from dpfed.federation.certs import issue
 
-    try:
-        crt, key = issue(args.name, args.ca, args.out, role=args.role, sans=args.san)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"dpfed certs issue: error: {exc}", file=sys.stderr)
-        return 1
-    print(crt)
-    print(key)
-    return 0
+    return _printed("issue", lambda: issue(args.name, args.ca, args.out, role=args.role, sans=args.san))
 
 
 def _cmd_certs_request(args: argparse.Namespace) -> int:
     from dpfed.federation.certs import request
 
-    try:
-        key, csr = request(args.name, args.role, args.out, sans=args.san)
-    except ValueError as exc:
-        print(f"dpfed certs request: error: {exc}", file=sys.stderr)
-        return 1
-    print(key)
-    print(csr)
-    return 0
+    return _printed("request", lambda: request(args.name, args.role, args.out, sans=args.san), (ValueError,))
 
 
 def _cmd_certs_sign(args: argparse.Namespace) -> int:
     from dpfed.federation.certs import sign
 
-    try:
-        crt = sign(args.csr, args.ca, args.out)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"dpfed certs sign: error: {exc}", file=sys.stderr)
-        return 1
-    print(crt)
-    return 0
+    return _printed("sign", lambda: sign(args.csr, args.ca, args.out))
 
 
 def _cmd_certs_revoke(args: argparse.Namespace) -> int:
     from dpfed.federation.certs import revoke
 
-    try:
-        crl = revoke(args.name, args.ca)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"dpfed certs revoke: error: {exc}", file=sys.stderr)
-        return 1
-    print(crl)
-    return 0
+    return _printed("revoke", lambda: revoke(args.name, args.ca))
 
 
 def _cmd_certs_token(args: argparse.Namespace) -> int:
     from dpfed.federation.console_token import issue_token
 
-    try:
-        token = issue_token(args.name, args.ca, hours=args.hours)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"dpfed certs token: error: {exc}", file=sys.stderr)
-        return 1
-    print(token)
-    return 0
+    return _printed("token", lambda: issue_token(args.name, args.ca, hours=args.hours))
